@@ -1,0 +1,156 @@
+"""Configuration of the encoder-decoder Transformer of "Attention Is All You Need".
+
+This file travels to the Hub as remote code: it imports only torch, transformers and
+huggingface_hub (a dependency of transformers), never our own package.
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+ACTIVATION_FUNCTIONS = ("relu", "gelu", "silu", "swiglu", "geglu")
+NORM_PLACEMENTS = ("post", "pre")
+NORM_TYPES = ("layernorm", "rmsnorm")
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope")
+
+
+def _invalid(field: str, value, allowed: str) -> ValueError:
+    return ValueError(f"VanillaTransformerConfig.{field}={value!r} is invalid: {allowed}.")
+
+
+@strict
+class VanillaTransformerConfig(PreTrainedConfig):
+    r"""
+    The switches of the encoder-decoder Transformer. Defaults are the base model of Vaswani et al. (2017).
+
+    Args:
+        vocab_size: size of the (joint source/target) vocabulary.
+        d_model: width of every sublayer's input and output.
+        encoder_layers / decoder_layers: N, the number of layers in each stack.
+        encoder_attention_heads / decoder_attention_heads: h, the number of query heads.
+        num_key_value_heads: heads of keys and values; None means one per query head (multi-head attention),
+            1 is multi-query attention, any other divisor of the query heads is grouped-query attention.
+        encoder_ffn_dim / decoder_ffn_dim: inner width d_ff of the position-wise feed-forward network.
+        activation_function: relu (the paper), gelu, silu, or the gated swiglu / geglu.
+        dropout: P_drop applied to each sublayer output and to the embedding sums.
+        attention_dropout: dropout on the attention probabilities.
+        activation_dropout: dropout inside the feed-forward network, after the activation.
+        drop_path_rate: probability of skipping a whole residual branch per example (stochastic depth).
+        norm_placement: "post" is LayerNorm(x + Sublayer(x)) as in the paper; "pre" is x + Sublayer(Norm(x))
+            with a final norm after each stack.
+        norm_type: "layernorm" or "rmsnorm".
+        layer_norm_eps: epsilon of the norms.
+        position_embedding_type: "sinusoidal" (computed for any length), "learned" (a table of
+            max_position_embeddings rows) or "rope" (rotary, applied to queries and keys of self-attention).
+        max_position_embeddings: rows of the learned position table; a longer input is an error.
+        rope_theta: base of the rotary frequencies.
+        scale_embedding: multiply token embeddings by sqrt(d_model).
+        share_encoder_decoder_embeddings: one embedding matrix for source and target tokens.
+        tie_word_embeddings: the generator reuses the (decoder) embedding matrix.
+        sliding_window: None, or the width of a local self-attention window.
+        label_smoothing: epsilon_ls of the model's cross-entropy loss.
+        init_std: standard deviation used for embeddings when scale_embedding is False.
+    """
+
+    model_type = "vanilla_transformer"
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    num_key_value_heads: int | None = None
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
+    drop_path_rate: float | int = 0.0
+    norm_placement: str = "post"
+    norm_type: str = "layernorm"
+    layer_norm_eps: float = 1e-5
+    position_embedding_type: str = "sinusoidal"
+    max_position_embeddings: int = 512
+    rope_theta: float | int = 10000.0
+    scale_embedding: bool = True
+    share_encoder_decoder_embeddings: bool = True
+    tie_word_embeddings: bool = True
+    sliding_window: int | None = None
+    label_smoothing: float | int = 0.0
+    init_std: float = 0.02
+    use_cache: bool = True
+    is_encoder_decoder: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = 1
+
+    def validate_sizes(self):
+        for field in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                      "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):
+            value = getattr(self, field)
+            if value < 1:
+                raise _invalid(field, value, "must be a positive integer")
+        for field in ("encoder_attention_heads", "decoder_attention_heads"):
+            heads = getattr(self, field)
+            if self.d_model % heads:
+                raise _invalid(field, heads, f"d_model={self.d_model} must be divisible by the number of heads")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise _invalid("sliding_window", self.sliding_window, "must be None or a positive integer")
+
+    def validate_key_value_heads(self):
+        if self.num_key_value_heads is None:
+            return
+        for field in ("encoder_attention_heads", "decoder_attention_heads"):
+            heads = getattr(self, field)
+            if self.num_key_value_heads < 1 or heads % self.num_key_value_heads:
+                raise _invalid(
+                    "num_key_value_heads",
+                    self.num_key_value_heads,
+                    f"must be None or a positive divisor of {field}={heads} (1 = multi-query, a divisor = grouped-query)",
+                )
+
+    def validate_choices(self):
+        for field, allowed in (
+            ("activation_function", ACTIVATION_FUNCTIONS),
+            ("norm_placement", NORM_PLACEMENTS),
+            ("norm_type", NORM_TYPES),
+            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+        ):
+            value = getattr(self, field)
+            if value not in allowed:
+                raise _invalid(field, value, f"allowed values are {', '.join(allowed)}")
+
+    def validate_rope(self):
+        if self.position_embedding_type != "rope":
+            return
+        for field in ("encoder_attention_heads", "decoder_attention_heads"):
+            head_dim = self.d_model // getattr(self, field)
+            if head_dim % 2:
+                raise _invalid(
+                    "position_embedding_type", "rope", f"rotary needs an even head size, d_model / {field} = {head_dim}"
+                )
+        if self.rope_theta <= 0:
+            raise _invalid("rope_theta", self.rope_theta, "must be positive")
+
+    def validate_probabilities(self):
+        for field in ("dropout", "attention_dropout", "activation_dropout", "drop_path_rate"):
+            value = getattr(self, field)
+            if not 0.0 <= value < 1.0:
+                raise _invalid(field, value, "must be in [0, 1)")
+        if not 0.0 <= self.label_smoothing <= 1.0:
+            raise _invalid("label_smoothing", self.label_smoothing, "must be in [0, 1]")
+
+    def kv_heads(self, attention_heads: int) -> int:
+        """Key/value heads used beside `attention_heads` query heads."""
+        return self.num_key_value_heads or attention_heads
+
+
+__all__ = ["VanillaTransformerConfig"]

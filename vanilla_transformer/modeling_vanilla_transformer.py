@@ -1,0 +1,486 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers model.
+
+Encoder: N x [self-attention, feed-forward]. Decoder: N x [masked self-attention, cross-attention over the
+encoder output, feed-forward]. Each sublayer sits in a residual connection with dropout and a norm placed
+after (Post-LN, the paper) or before (Pre-LN) it. The generator is a linear map tied to the embeddings;
+its logits go through log-softmax in the loss and in beam search.
+
+This file and its siblings travel to the Hub as remote code: they import only torch and transformers.
+"""
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_bidirectional_sliding_window_mask,
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+)
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+
+from .attention import VanillaTransformerAttention
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
+from .positions import build_absolute_positions, build_rotary, embedding_scale
+from .residual import build_norm
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: the decoder reads <start> y_1 ... y_{n-1} and predicts y_1 ... y_n."""
+    decoder_input_ids = labels.new_zeros(labels.shape)
+    decoder_input_ids[:, 1:] = labels[:, :-1].clone()
+    decoder_input_ids[:, 0] = decoder_start_token_id
+    # -100 marks ignored label positions; the decoder must read a real token there
+    decoder_input_ids.masked_fill_(decoder_input_ids == -100, pad_token_id)
+    return decoder_input_ids
+
+
+def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    """Fail with the culprit named instead of an index error deep inside the embedding (or a CUDA assert)."""
+    if token_ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, sequence), got {tuple(token_ids.shape)}")
+    if token_ids.numel() and not torch.compiler.is_compiling():
+        low, high = int(token_ids.min()), int(token_ids.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size}).")
+
+
+def check_mask(mask: torch.Tensor | None, expected: tuple[int, int], name: str) -> None:
+    if mask is not None and mask.dim() == 2 and tuple(mask.shape) != expected:
+        raise ValueError(f"{name} has shape {tuple(mask.shape)} but the tokens it masks have shape {expected}")
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids -> vectors scaled by sqrt(d_model), plus the absolute position encoding if there is one."""
+
+    def __init__(self, config, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.scale = embedding_scale(config)
+        self.positions = build_absolute_positions(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, start: int) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        # (batch, seq) -> (batch, seq, d_model)
+        hidden_states = inputs_embeds * self.scale
+        if self.positions is not None:
+            # (seq, d_model) broadcast over the batch
+            hidden_states = hidden_states + self.positions(
+                start, hidden_states.shape[1], hidden_states.device, hidden_states.dtype
+            )
+        return self.dropout(hidden_states)
+
+
+def drop_path_rates(config, num_layers: int) -> list[float]:
+    """Stochastic depth grows linearly with depth, from 0 to drop_path_rate at the top layer."""
+    if num_layers == 1:
+        return [config.drop_path_rate]
+    return [config.drop_path_rate * i / (num_layers - 1) for i in range(num_layers)]
+
+
+def check_inputs(input_ids, inputs_embeds, vocab_size: int, name: str) -> tuple[int, int]:
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of {name} and its *_embeds counterpart.")
+    if input_ids is not None:
+        check_token_ids(input_ids, vocab_size, name)
+        return tuple(input_ids.shape)
+    return tuple(inputs_embeds.shape[:2])
+
+
+class VanillaTransformerEncoder(nn.Module):
+    """N identical layers of self-attention and feed-forward over the source sentence."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embeddings = TokenEmbedding(config, embed_tokens)
+        self.rotary = build_rotary(config, config.encoder_attention_heads)
+        self.layers = nn.ModuleList(
+            VanillaTransformerEncoderLayer(config, i, rate)
+            for i, rate in enumerate(drop_path_rates(config, config.encoder_layers))
+        )
+        # Pre-LN leaves the residual stream un-normalised, so the stack ends with a norm
+        self.final_norm = build_norm(config) if config.norm_placement == "pre" else None
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ) -> BaseModelOutput:
+        shape = check_inputs(input_ids, inputs_embeds, self.config.vocab_size, "input_ids")
+        check_mask(attention_mask, shape, "attention_mask")
+        hidden_states = self.embeddings(input_ids, inputs_embeds, start=0)
+        rotary = self.rotary(0, shape[1], hidden_states.device, hidden_states.dtype) if self.rotary else None
+        make_mask = create_bidirectional_sliding_window_mask if self.config.sliding_window else create_bidirectional_mask
+        mask = make_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, weights = layer(hidden_states, mask, rotary=rotary, **kwargs)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        return BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+
+
+class VanillaTransformerDecoder(nn.Module):
+    """N identical layers of masked self-attention, attention over the encoder output, and feed-forward."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embeddings = TokenEmbedding(config, embed_tokens)
+        self.rotary = build_rotary(config, config.decoder_attention_heads)
+        self.layers = nn.ModuleList(
+            VanillaTransformerDecoderLayer(config, i, rate)
+            for i, rate in enumerate(drop_path_rates(config, config.decoder_layers))
+        )
+        self.final_norm = build_norm(config) if config.norm_placement == "pre" else None
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool = False,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ) -> tuple:
+        shape = check_inputs(input_ids, inputs_embeds, self.config.vocab_size, "decoder_input_ids")
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs encoder_hidden_states (or encoder_outputs) to attend to.")
+        check_mask(encoder_attention_mask, tuple(encoder_hidden_states.shape[:2]), "attention_mask")
+        if use_cache and cache is None:
+            cache = new_cache(self.config)
+        past_length = cache.get_seq_length() if cache is not None else 0
+        check_mask(attention_mask, (shape[0], past_length + shape[1]), "decoder_attention_mask")
+
+        hidden_states = self.embeddings(input_ids, inputs_embeds, start=past_length)
+        rotary = (
+            self.rotary(past_length, shape[1], hidden_states.device, hidden_states.dtype) if self.rotary else None
+        )
+        self_attention_cache = cache.self_attention_cache if cache is not None else None
+        make_causal_mask = create_sliding_window_causal_mask if self.config.sliding_window else create_causal_mask
+        causal_mask = make_causal_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=self_attention_cache
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_self_attentions = () if output_attentions else None
+        all_cross_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, so gradient checkpointing sees it
+                encoder_attention_mask=cross_mask,
+                rotary=rotary,
+                cache=cache,
+                **kwargs,
+            )
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_self_attentions += (self_weights,)
+                all_cross_attentions += (cross_weights,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        return hidden_states, cache, all_hidden_states, all_self_attentions, all_cross_attentions
+
+
+def new_cache(config) -> EncoderDecoderCache:
+    """Self-attention keys/values grow each step (and may slide); cross-attention ones are the whole source, once."""
+    return EncoderDecoderCache(DynamicCache(config=config), DynamicCache())
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    config_class = VanillaTransformerConfig
+    config: VanillaTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            # Glorot/Xavier uniform, as in the reference implementations of the paper (tensor2tensor, fairseq)
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            # the embedding is multiplied by sqrt(d_model): N(0, d_model^-1/2) gives unit-variance inputs
+            std = self.config.d_model**-0.5 if self.config.scale_embedding else self.config.init_std
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """The bare encoder-decoder: returns the decoder's last hidden states (`Seq2SeqModelOutput`)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        pad = config.pad_token_id
+        if config.share_encoder_decoder_embeddings:
+            # one matrix for both languages (a joint BPE vocabulary), as in the paper
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, pad)
+            encoder_embeddings = decoder_embeddings = self.shared
+            self._tied_weights_keys = {
+                "encoder.embeddings.embed_tokens.weight": "shared.weight",
+                "decoder.embeddings.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            encoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, pad)
+            decoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, pad)
+        self.encoder = VanillaTransformerEncoder(config, encoder_embeddings)
+        self.decoder = VanillaTransformerDecoder(config, decoder_embeddings)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embeddings.embed_tokens = value
+        self.encoder.embeddings.embed_tokens = value
+
+    def get_encoder(self, modality=None):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        # transformers < 5.24 calls the cache `past_key_values`
+        cache = cache if cache is not None else past_key_values
+        if isinstance(cache, tuple):
+            raise ValueError("Legacy tuple caches are not supported; pass an EncoderDecoderCache.")
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
+
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                **kwargs,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+
+        hidden_states, cache, decoder_hidden_states, self_attentions, cross_attentions = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=hidden_states,
+            decoder_hidden_states=decoder_hidden_states,
+            decoder_attentions=self_attentions,
+            cross_attentions=cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+            **{CACHE_FIELD: cache if use_cache else None},
+        )
+
+
+# the output field that holds the cache was renamed from past_key_values to cache in transformers 5.24
+CACHE_FIELD = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The Transformer with its generator: next-token logits, label-smoothed loss, and `generate()`."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        source = "model.shared.weight" if config.share_encoder_decoder_embeddings else (
+            "model.decoder.embeddings.embed_tokens.weight"
+        )
+        self._tied_weights_keys = {"lm_head.weight": source}
+        self.post_init()
+
+    def get_encoder(self, modality=None):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear):
+        self.lm_head = new_embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        # generate() builds the cross-attention cache from the config too, which would make it slide with
+        # sliding_window and forget source positions: cross-attention always keeps the whole source
+        for name in ("cache", "past_key_values"):
+            cache = model_kwargs.get(name)
+            if isinstance(cache, EncoderDecoderCache) and self.config.sliding_window:
+                model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, DynamicCache())
+
+    def loss_function(self, logits, labels, num_items_in_batch=None, **kwargs) -> torch.Tensor:
+        """Label-smoothed cross-entropy over the target tokens (-100 is ignored), averaged per token.
+
+        With gradient accumulation, Trainer passes the token count of the whole accumulated batch as
+        `num_items_in_batch`, so the summed loss is divided by it and micro-batches add up exactly.
+        """
+        summed = nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]),
+            labels.reshape(-1).to(logits.device),
+            ignore_index=-100,
+            reduction="sum",
+            label_smoothing=self.config.label_smoothing,
+        )
+        if num_items_in_batch is None:
+            num_items_in_batch = (labels != -100).sum()
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(summed.device)
+        return summed / num_items_in_batch
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            check_token_ids(labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels")
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache if cache is not None else past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        # (batch, target_len, d_model) -> (batch, target_len, vocab_size)
+        logits = self.lm_head(outputs.last_hidden_state)
+        loss = None if labels is None else self.loss_function(logits, labels, num_items_in_batch)
+
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
+        )
+
+
+__all__ = [
+    "VanillaTransformerAttention",
+    "VanillaTransformerModel",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerPreTrainedModel",
+    "shift_tokens_right",
+]
