@@ -15,7 +15,10 @@ from .positions import apply_rotary
 
 
 def repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
-    """(batch, kv_heads, seq, head_dim) -> (batch, kv_heads * groups, seq, head_dim): each kv head serves `groups` queries."""
+    """(batch, kv_heads, seq, head_dim) -> (batch, kv_heads * groups, seq, head_dim).
+
+    Each key/value head serves `groups` query heads.
+    """
     if groups == 1:
         return states
     batch, kv_heads, seq, head_dim = states.shape

@@ -1,13 +1,19 @@
-"""The `vanilla-transformer` command; each subcommand lives in its own module and registers here."""
+"""The `vanilla-transformer` command; each subcommand lives in the module that does its job and registers here."""
 
 import argparse
 import sys
 
+from .tokenization import add_tokenizer_subcommand
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="vanilla-transformer",
+        description="The encoder-decoder Transformer of 'Attention Is All You Need' as a Hugging Face model.",
+    )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_subparsers(dest="command")
+    subcommands = parser.add_subparsers(dest="command")
+    add_tokenizer_subcommand(subcommands)
     return parser
 
 
@@ -19,8 +25,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    parser.print_help()
-    return 0
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 0
+    return args.func(args)
 
 
 if __name__ == "__main__":

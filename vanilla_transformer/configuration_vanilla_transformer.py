@@ -93,8 +93,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
 
     def validate_sizes(self):
-        for field in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                      "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):
+        for field in (
+            "vocab_size",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "max_position_embeddings",
+        ):
             value = getattr(self, field)
             if value < 1:
                 raise _invalid(field, value, "must be a positive integer")
@@ -114,7 +123,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise _invalid(
                     "num_key_value_heads",
                     self.num_key_value_heads,
-                    f"must be None or a positive divisor of {field}={heads} (1 = multi-query, a divisor = grouped-query)",
+                    f"must be None or a positive divisor of {field}={heads} "
+                    "(1 = multi-query, another divisor = grouped-query)",
                 )
 
     def validate_choices(self):

@@ -13,12 +13,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import (
-    create_bidirectional_mask,
-    create_bidirectional_sliding_window_mask,
-    create_causal_mask,
-    create_sliding_window_causal_mask,
-)
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from .attention import VanillaTransformerAttention
@@ -77,6 +72,15 @@ class TokenEmbedding(nn.Module):
         return self.dropout(hidden_states)
 
 
+def local_window(width: int):
+    """Encoder window |i - j| < width: the same reach as the decoder's causal window, on both sides."""
+
+    def inside(batch_idx, head_idx, q_idx, kv_idx):
+        return abs(q_idx - kv_idx) < width
+
+    return inside
+
+
 def drop_path_rates(config, num_layers: int) -> list[float]:
     """Stochastic depth grows linearly with depth, from 0 to drop_path_rate at the top layer."""
     if num_layers == 1:
@@ -125,8 +129,12 @@ class VanillaTransformerEncoder(nn.Module):
         check_mask(attention_mask, shape, "attention_mask")
         hidden_states = self.embeddings(input_ids, inputs_embeds, start=0)
         rotary = self.rotary(0, shape[1], hidden_states.device, hidden_states.dtype) if self.rotary else None
-        make_mask = create_bidirectional_sliding_window_mask if self.config.sliding_window else create_bidirectional_mask
-        mask = make_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            and_mask_function=local_window(self.config.sliding_window) if self.config.sliding_window else None,
+        )
 
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
@@ -186,9 +194,7 @@ class VanillaTransformerDecoder(nn.Module):
         check_mask(attention_mask, (shape[0], past_length + shape[1]), "decoder_attention_mask")
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, start=past_length)
-        rotary = (
-            self.rotary(past_length, shape[1], hidden_states.device, hidden_states.dtype) if self.rotary else None
-        )
+        rotary = self.rotary(past_length, shape[1], hidden_states.device, hidden_states.dtype) if self.rotary else None
         self_attention_cache = cache.self_attention_cache if cache is not None else None
         make_causal_mask = create_sliding_window_causal_mask if self.config.sliding_window else create_causal_mask
         causal_mask = make_causal_mask(
@@ -241,6 +247,17 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        if self._auto_class is not None:
+            # whichever model is saved, auto_map names both, so AutoModel and AutoModelForSeq2SeqLM load the folder
+            auto_map = dict(getattr(self.config, "auto_map", None) or {})
+            for model_class in (VanillaTransformerModel, VanillaTransformerForConditionalGeneration):
+                if model_class._auto_class is not None:
+                    module = model_class.__module__.rsplit(".", 1)[-1]
+                    auto_map[model_class._auto_class] = f"{module}.{model_class.__name__}"
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
@@ -373,8 +390,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         super().__init__(config)
         self.model = VanillaTransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        source = "model.shared.weight" if config.share_encoder_decoder_embeddings else (
-            "model.decoder.embeddings.embed_tokens.weight"
+        source = (
+            "model.shared.weight"
+            if config.share_encoder_decoder_embeddings
+            else ("model.decoder.embeddings.embed_tokens.weight")
         )
         self._tied_weights_keys = {"lm_head.weight": source}
         self.post_init()

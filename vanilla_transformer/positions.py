@@ -56,7 +56,9 @@ class RotaryEmbedding(nn.Module):
         self.head_dim = head_dim
         self.theta = theta
 
-    def forward(self, start: int, length: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, start: int, length: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # (seq,) x (head_dim/2,) -> (seq, head_dim/2) -> (seq, head_dim): the two halves rotate as pairs
         positions = torch.arange(length, device=device, dtype=torch.float32) + start
         angles = positions[:, None] * inverse_frequencies(self.head_dim, self.theta, device)

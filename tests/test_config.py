@@ -1,0 +1,61 @@
+import pytest
+from conftest import tiny_config
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig
+
+from vanilla_transformer import VanillaTransformerConfig
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(d_model=18), r"encoder_attention_heads=4 is invalid: d_model=18 must be divisible"),
+        (dict(decoder_attention_heads=3, d_model=16), r"decoder_attention_heads=3 is invalid: d_model=16"),
+        (dict(num_key_value_heads=3), r"num_key_value_heads=3 is invalid: must be None or a positive divisor"),
+        (dict(num_key_value_heads=0), r"num_key_value_heads=0 is invalid"),
+        (dict(activation_function="tanh"), r"activation_function='tanh' is invalid: allowed values are relu, gelu"),
+        (dict(norm_placement="sandwich"), r"norm_placement='sandwich' is invalid: allowed values are post, pre"),
+        (dict(norm_type="batchnorm"), r"norm_type='batchnorm' is invalid: allowed values are layernorm, rmsnorm"),
+        (dict(position_embedding_type="alibi"), r"position_embedding_type='alibi' is invalid: allowed values"),
+        (
+            dict(position_embedding_type="rope", d_model=12, encoder_attention_heads=4, decoder_attention_heads=4),
+            r"rotary needs an even head size, d_model / encoder_attention_heads = 3",
+        ),
+        (dict(dropout=1.0), r"dropout=1.0 is invalid: must be in \[0, 1\)"),
+        (dict(drop_path_rate=-0.1), r"drop_path_rate=-0.1 is invalid"),
+        (dict(label_smoothing=1.5), r"label_smoothing=1.5 is invalid"),
+        (dict(sliding_window=0), r"sliding_window=0 is invalid"),
+        (dict(vocab_size=0), r"vocab_size=0 is invalid: must be a positive integer"),
+        (dict(d_model="512"), r"d_model"),
+    ],
+)
+def test_invalid_switch_names_field_value_and_allowed(overrides, message):
+    with pytest.raises(StrictDataclassError, match=message):
+        tiny_config(**overrides)
+
+
+def test_defaults_are_the_paper_base_model():
+    config = VanillaTransformerConfig()
+    assert (config.d_model, config.encoder_layers, config.decoder_layers) == (512, 6, 6)
+    assert (config.encoder_attention_heads, config.encoder_ffn_dim, config.dropout) == (8, 2048, 0.1)
+    assert (config.norm_placement, config.position_embedding_type, config.activation_function) == (
+        "post",
+        "sinusoidal",
+        "relu",
+    )
+    assert config.scale_embedding and config.share_encoder_decoder_embeddings and config.tie_word_embeddings
+    assert config.is_encoder_decoder
+    # the transformers-wide names map onto ours
+    assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers) == (512, 8, 6)
+    assert config.kv_heads(8) == 8 and VanillaTransformerConfig(num_key_value_heads=2).kv_heads(8) == 2
+
+
+def test_config_round_trips_through_json_and_auto_config(tmp_path):
+    config = tiny_config(norm_placement="pre", position_embedding_type="rope", num_key_value_heads=1)
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, VanillaTransformerConfig)
+    ignored = {"_name_or_path"}
+    assert {k: v for k, v in loaded.to_dict().items() if k not in ignored} == {
+        k: v for k, v in config.to_dict().items() if k not in ignored
+    }

@@ -1,0 +1,273 @@
+"""Parallel data: loading from text folders, jsonl/csv and the Hub, clear errors, length filtering and batching."""
+
+import csv
+import gzip
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+import datasets
+import pytest
+
+from vanilla_transformer.data import (
+    filter_by_length,
+    load_parallel,
+    read_lines,
+    seq2seq_collator,
+    sequence_lengths,
+    token_budget_batches,
+)
+from vanilla_transformer.tokenization import train_tokenizer
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+EN = ["A dog runs.", "Two men, one hat.", "She smiles  twice\t"]
+DE = ["Ein Hund läuft.", "Zwei Männer, ein Hut.", "Sie lächelt zweimal\t"]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    text = "".join(line + "\n" for line in lines)
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    return write_lines(path, [json.dumps(record, ensure_ascii=False) for record in records])
+
+
+def test_read_lines_strips_only_the_line_ending(tmp_path):
+    plain = tmp_path / "a.txt"
+    plain.write_bytes("  leading and trailing  \nwindows\r\n\ttab\x0cform feed\u2028kept\nlast".encode())
+    expected = ["  leading and trailing  ", "windows", "\ttab\x0cform feed\u2028kept", "last"]
+    assert read_lines(plain) == expected
+    assert read_lines(write_lines(tmp_path / "a.txt.gz", expected)) == expected
+
+
+def test_undecodable_file_is_named(tmp_path):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Straße\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.txt: not a readable UTF-8 text file"):
+        read_lines(latin1)
+    not_gzip = tmp_path / "train.en.gz"
+    not_gzip.write_text("plain text\n")
+    with pytest.raises(ValueError, match=r"train\.en\.gz: not a readable UTF-8 text file"):
+        read_lines(not_gzip)
+
+
+def test_folder_of_aligned_text_files(tmp_path):
+    write_lines(tmp_path / "train.en.gz", EN)
+    write_lines(tmp_path / "train.de", DE)
+    (tmp_path / "README.md").write_text("not a language\n")
+    dataset = load_parallel(tmp_path, "en", "de", "train")
+    assert dataset.column_names == ["en", "de"]
+    assert dataset["en"][:] == EN and dataset["de"][:] == DE
+    assert load_parallel(str(tmp_path), "de", "en").column_names == ["de", "en"]  # split defaults to train
+
+
+def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
+    write_lines(tmp_path / "train.en", EN)
+    write_lines(tmp_path / "train.de", DE[:2])
+    with pytest.raises(ValueError, match=r"train\.en has 3 lines but .*train\.de has 2"):
+        load_parallel(tmp_path, "en", "de")
+
+
+def test_empty_file_is_named(tmp_path):
+    write_lines(tmp_path / "train.en", EN)
+    (tmp_path / "train.de").write_text("")
+    with pytest.raises(ValueError, match=r"train\.de: empty file"):
+        load_parallel(tmp_path, "en", "de")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"empty\.jsonl: empty file"):
+        load_parallel(tmp_path / "empty.jsonl", "en", "de")
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.jsonl"):
+        load_parallel(tmp_path / "nowhere.jsonl", "en", "de")
+    with pytest.raises(FileNotFoundError, match=r"nowhere"):
+        load_parallel(str(tmp_path / "nowhere"), "en", "de")
+    write_lines(tmp_path / "train.en", EN)
+    write_lines(tmp_path / "train.de", DE)
+    write_lines(tmp_path / "val.en", EN)
+    with pytest.raises(FileNotFoundError, match=r"val\.de"):
+        load_parallel(tmp_path, "en", "de", "val")
+
+
+def test_unknown_split_lists_the_available_ones(tmp_path):
+    for split in ("train", "val"):
+        write_lines(tmp_path / f"{split}.en", EN)
+        write_lines(tmp_path / f"{split}.de", DE)
+    write_jsonl(tmp_path / "test.jsonl", [{"en": EN[0], "de": DE[0]}])
+    with pytest.raises(
+        ValueError, match=re.escape(f"unknown split 'dev' in {tmp_path}: available splits: test, train, val")
+    ):
+        load_parallel(tmp_path, "en", "de", "dev")
+
+
+def test_unknown_language_lists_the_available_ones(tmp_path):
+    write_lines(tmp_path / "train.en", EN)
+    write_lines(tmp_path / "train.de", DE)
+    with pytest.raises(
+        ValueError, match=r"unknown language 'fr': no .*train\.fr \(or \.gz\); available languages: de, en"
+    ):
+        load_parallel(tmp_path, "en", "fr")
+    table = write_jsonl(tmp_path / "pairs.jsonl", [{"id": 1, "en": EN[0], "de": DE[0]}])
+    with pytest.raises(ValueError, match=r"unknown language 'fr' in .*pairs\.jsonl: available columns: id, en, de"):
+        load_parallel(table, "en", "fr")
+
+
+@pytest.mark.parametrize("name", ["pairs.jsonl", "pairs.jsonl.gz", "pairs.csv", "nested.jsonl", "folder"])
+def test_jsonl_and_csv_files(tmp_path, name):
+    records = [{"en": en, "de": de, "score": 1} for en, de in zip(EN, DE, strict=True)]
+    path = tmp_path / name
+    if name == "pairs.csv":
+        with path.open("w", newline="", encoding="utf-8") as file:
+            writer = csv.DictWriter(file, fieldnames=["score", "de", "en"])
+            writer.writeheader()
+            writer.writerows(records)
+    elif name == "nested.jsonl":  # the layout of the wmt datasets
+        write_jsonl(path, [{"translation": {"en": en, "de": de}} for en, de in zip(EN, DE, strict=True)])
+    elif name == "folder":
+        path.mkdir()
+        write_jsonl(path / "val.jsonl", records)
+        path = (path, "val")
+    else:
+        write_jsonl(path, records)
+    source, split = path if isinstance(path, tuple) else (path, "train")
+    dataset = load_parallel(source, "de", "en", split)
+    assert dataset.column_names == ["de", "en"]
+    assert dataset["de"][:] == DE and dataset["en"][:] == EN
+
+
+def test_bad_records_name_the_file_and_line(tmp_path):
+    broken = write_lines(tmp_path / "broken.jsonl", [json.dumps({"en": "a", "de": "b"}), "{not json"])
+    with pytest.raises(ValueError, match=r"broken\.jsonl, line 2: invalid JSON"):
+        load_parallel(broken, "en", "de")
+    gap = write_jsonl(tmp_path / "gap.jsonl", [{"en": "a", "de": "b"}, {"en": "c", "de": None}])
+    with pytest.raises(ValueError, match=r"gap\.jsonl, record 2: 'de' is None"):
+        load_parallel(gap, "en", "de")
+
+
+def test_loading_writes_nothing(tmp_path):
+    write_lines(tmp_path / "train.en", EN)
+    write_lines(tmp_path / "train.de", DE)
+    before = sorted(os.listdir(tmp_path))
+    load_parallel(tmp_path, "en", "de")
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_hub_translation_column_is_flattened(monkeypatch):
+    pairs = [{"de": de, "en": en} for de, en in zip(DE, EN, strict=True)]
+    hub_rows = datasets.Dataset.from_dict({"translation": pairs})
+    requests = []
+
+    def fake_load_dataset(path, name=None, split=None):
+        requests.append((path, name, split))
+        return hub_rows
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    dataset = load_parallel("wmt/wmt14", "en", "de", "validation", name="de-en")
+    assert requests == [("wmt/wmt14", "de-en", "validation")]
+    assert dataset.column_names == ["en", "de"] and dataset["en"][:] == EN
+    with pytest.raises(ValueError, match=r"unknown language 'fr' in wmt/wmt14 \(validation\): .*de, en"):
+        load_parallel("wmt/wmt14", "en", "fr", "validation", name="de-en")
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="the shared multi30k data is not beside the repository")
+def test_multi30k_folder():
+    train = load_parallel(MULTI30K, "en", "de", "train")
+    assert train.num_rows == 29000 and train.column_names == ["en", "de"]
+    assert train[0] == {
+        "en": "Two young, White males are outside near many bushes.",
+        "de": "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    }
+    assert load_parallel(MULTI30K, "de", "en", "val").num_rows == 1014
+    assert load_parallel(MULTI30K, "en", "fr", "test_2016_flickr").num_rows == 1000
+
+
+def hub_reachable(dataset_id: str) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    try:
+        import huggingface_hub
+
+        huggingface_hub.HfApi().dataset_info(dataset_id, timeout=5)
+    except Exception:  # noqa: BLE001 - offline, DNS failure, proxy, rate limit: all mean "cannot test here"
+        return False
+    return True
+
+
+def test_hub_multi30k():
+    if not hub_reachable("bentrevett/multi30k"):
+        pytest.skip("the Hugging Face Hub is not reachable")
+    validation = load_parallel("bentrevett/multi30k", "en", "de", "validation")
+    assert validation.column_names == ["en", "de"] and validation.num_rows == 1014
+
+
+def test_filter_by_length_keeps_pairs_within_bounds():
+    pairs = [([1] * 3, [1] * 3), ([1] * 5, [1] * 2), ([], [1]), ([1] * 2, [1] * 6), ([1], [1] * 4)]
+    assert filter_by_length(pairs, max_len=4) == [pairs[0], pairs[4]]
+    assert filter_by_length(pairs, max_len=6, min_len=2) == [pairs[0], pairs[1], pairs[3]]
+
+    dataset = datasets.Dataset.from_dict({"input_ids": [p[0] for p in pairs], "labels": [p[1] for p in pairs]})
+    reordered = dataset.select([4, 3, 2, 1, 0])
+    kept = filter_by_length(reordered, max_len=4)
+    assert kept["input_ids"][:] == [pairs[4][0], pairs[0][0]] and kept["labels"][:] == [pairs[4][1], pairs[0][1]]
+    assert sequence_lengths(reordered) == [(1, 4), (2, 6), (0, 1), (5, 2), (3, 3)]
+
+
+def check_batches(batches, sizes, max_tokens):
+    assert sorted(index for batch in batches for index in batch) == list(range(len(sizes)))
+    for batch in batches:
+        assert len(batch) * max(sizes[i] for i in batch) <= max_tokens or len(batch) == 1
+
+
+@pytest.mark.parametrize("max_tokens", [1, 7, 64, 1000])
+def test_token_budget_batches_cover_every_index_once_within_budget(max_tokens):
+    rng = random.Random(max_tokens)
+    lengths = [(rng.randint(1, 40), rng.randint(1, 40)) for _ in range(500)]
+    sizes = [max(pair) for pair in lengths]
+    unshuffled = token_budget_batches(lengths, max_tokens)
+    check_batches(unshuffled, sizes, max_tokens)
+    flat = [index for batch in unshuffled for index in batch]
+    assert [sizes[i] for i in flat] == sorted(sizes)  # without a seed: shortest first
+    for seed, bucket_size in [(0, None), (1, None), (0, 50)]:
+        check_batches(
+            token_budget_batches(lengths, max_tokens, shuffle_seed=seed, bucket_size=bucket_size), sizes, max_tokens
+        )
+
+
+def test_token_budget_batches_details():
+    assert token_budget_batches([3, 50, 3, 3], max_tokens=10) == [[0, 2, 3], [1]]  # over-long alone
+    assert token_budget_batches([], max_tokens=10) == []
+    lengths = list(range(1, 200))
+    first = token_budget_batches(lengths, 100, shuffle_seed=3)
+    assert first == token_budget_batches(lengths, 100, shuffle_seed=3)
+    assert first != token_budget_batches(lengths, 100, shuffle_seed=4)
+    assert sorted(first) == sorted(token_budget_batches(lengths, 100))  # the seed shuffles the order, not contents
+    with pytest.raises(ValueError, match="max_tokens"):
+        token_budget_batches(lengths, 0)
+
+
+def test_collator_pads_inputs_with_pad_id_and_labels_with_minus_100():
+    tokenizer = train_tokenizer(EN + DE, vocab_size=300)
+    features = [
+        {"input_ids": ids, "labels": labels}
+        for ids, labels in zip(tokenizer(DE[:2])["input_ids"], tokenizer(EN[:2])["input_ids"], strict=True)
+    ]
+    longest = max(len(feature["input_ids"]) for feature in features)
+    assert min(len(feature["input_ids"]) for feature in features) < longest  # so that there is padding to check
+    batch = seq2seq_collator(tokenizer)(features)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == (2, longest)
+    for row, feature in enumerate(features):
+        n, m = len(feature["input_ids"]), len(feature["labels"])
+        assert batch["input_ids"][row, :n].tolist() == feature["input_ids"]
+        assert batch["input_ids"][row, n:].eq(0).all() and batch["attention_mask"][row, n:].eq(0).all()
+        assert batch["attention_mask"][row, :n].eq(1).all()
+        assert batch["labels"][row, :m].tolist() == feature["labels"]
+        assert batch["labels"][row, m:].eq(-100).all()

@@ -1,0 +1,103 @@
+"""A joint source+target subword tokenizer: sentencepiece-style BPE (Metaspace words, byte fallback), saved as a
+plain transformers fast tokenizer that `AutoTokenizer` loads without this package or remote code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+from .data import iter_lines
+
+# Ids 0-3 are the model config's pad/bos(decoder start)/eos defaults; the trainer assigns ids in this order.
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
+# Sentencepiece's byte-fallback pieces: a character never seen in training becomes its UTF-8 bytes, not <unk>.
+BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
+
+
+def train_tokenizer(
+    files_or_iterator: str | os.PathLike | Iterable[str | os.PathLike] | Iterable[str],
+    vocab_size: int = 8000,
+    min_frequency: int = 2,
+    lowercase: bool = False,
+) -> PreTrainedTokenizerFast:
+    """Train a BPE tokenizer shared by source and target language, appending `</s>` to every sequence.
+
+    `files_or_iterator` is a text file path (plain or .gz, one sentence a line), a list of them, or any iterable of
+    sentences (a list of strings, a generator, a `datasets` column). A list counts as paths when its first item is
+    a `Path` or names an existing file. `vocab_size` includes the 4 special and 256 byte tokens.
+    """
+    tokenizer = Tokenizer(models.BPE(unk_token=UNK, byte_fallback=True))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), *([normalizers.Lowercase()] if lowercase else [])])
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(prepend_scheme="first")])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[*SPECIAL_TOKENS, *BYTE_TOKENS],  # the trainer is the only way to put them at ids 4-259
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_training_texts(files_or_iterator), trainer)
+
+    # Training registers every trainer special token as an added token, which would match the literal text
+    # "<0x41>" and be dropped by `skip_special_tokens`: keep the byte tokens as ordinary vocabulary entries.
+    spec = json.loads(tokenizer.to_str())
+    spec["added_tokens"] = [token for token in spec["added_tokens"] if token["content"] in SPECIAL_TOKENS]
+    tokenizer = Tokenizer.from_str(json.dumps(spec))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS}", pair=f"$A {EOS} $B:1 {EOS}:1", special_tokens=[(EOS, SPECIAL_TOKENS.index(EOS))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        model_input_names=["input_ids", "attention_mask"],
+        clean_up_tokenization_spaces=False,  # it would glue "a ." to "a." and break exact round trips
+    )
+
+
+def _training_texts(files_or_iterator) -> Iterable[str]:
+    if isinstance(files_or_iterator, (str, os.PathLike)):
+        files_or_iterator = [files_or_iterator]
+    if isinstance(files_or_iterator, (list, tuple)) and files_or_iterator:
+        first = files_or_iterator[0]
+        if isinstance(first, os.PathLike) or os.path.isfile(first):
+            missing = [str(path) for path in files_or_iterator if not os.path.isfile(path)]
+            if missing:
+                raise FileNotFoundError(f"tokenizer training files not found: {', '.join(missing)}")
+            return _lines_of(files_or_iterator)
+    return files_or_iterator
+
+
+def _lines_of(paths: Iterable[str | os.PathLike]) -> Iterator[str]:
+    for path in paths:
+        yield from iter_lines(path)
+
+
+def add_tokenizer_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `tokenizer train --files F [F ...] --vocab-size N --output DIR [--lowercase]`; the handler is in `func`."""
+    tokenizer_parser = subparsers.add_parser("tokenizer", help="train a joint source+target subword tokenizer")
+    actions = tokenizer_parser.add_subparsers(dest="tokenizer_command", required=True)
+    train = actions.add_parser("train", help="train a BPE tokenizer on text files and save it")
+    train.add_argument("--files", nargs="+", required=True, type=Path, help="text files, one sentence a line (.gz ok)")
+    train.add_argument("--vocab-size", type=int, default=8000)
+    train.add_argument("--min-frequency", type=int, default=2, help="minimum count of a pair to be merged")
+    train.add_argument("--output", type=Path, required=True, help="folder for tokenizer.json and its config")
+    train.add_argument("--lowercase", action="store_true")
+    train.set_defaults(func=run_tokenizer_train)
+    return tokenizer_parser
+
+
+def run_tokenizer_train(args: argparse.Namespace) -> int:
+    tokenizer = train_tokenizer(args.files, args.vocab_size, args.min_frequency, args.lowercase)
+    tokenizer.save_pretrained(args.output)
+    print(f"saved a tokenizer with {len(tokenizer)} tokens to {args.output}")
+    return 0
