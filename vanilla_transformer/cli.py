@@ -3,7 +3,10 @@
 import argparse
 import sys
 
+from .hub import add_push_subcommand
 from .tokenization import add_tokenizer_subcommand
+from .training import add_train_subcommand, run_train
+from .translate import add_translate_subcommand
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,10 +17,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     subcommands = parser.add_subparsers(dest="command")
     add_tokenizer_subcommand(subcommands)
+    add_train_subcommand(subcommands)
+    add_translate_subcommand(subcommands)
+    add_push_subcommand(subcommands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        # HfArgumentParser owns the train flags (and --config files); argparse would mangle them here
+        return run_train(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

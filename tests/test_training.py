@@ -1,0 +1,221 @@
+"""The training loop: exact resume, two-process DDP equal to one process, averaging, the output folder."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vanilla_transformer.demo_data import demo_splits, write_parallel_folder
+from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments, Trainer, parse_arguments
+from vanilla_transformer.training.checkpoints import average_weights
+from vanilla_transformer.training.corpus import prepare_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def corpus_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("numbers")
+    write_parallel_folder(folder, demo_splits(train_size=300, test_size=12, seed=0, max_value=9999))
+    pairs = (line for name in ("train.en", "train.de") for line in (folder / name).read_text().splitlines())
+    train_tokenizer(pairs, vocab_size=300).save_pretrained(folder / "tokenizer")
+    return folder
+
+
+def tiny_arguments(corpus_folder: Path, output_dir: Path, **train_overrides):
+    model_args = ModelArguments(
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        dropout=0.1,
+    )
+    data_args = DataArguments(
+        dataset=str(corpus_folder),
+        validation_split="validation",
+        test_split=None,
+        tokenizer=str(corpus_folder / "tokenizer"),
+        max_eval_samples=8,
+    )
+    train_fields = dict(
+        output_dir=str(output_dir),
+        max_steps=4,
+        max_tokens=256,
+        warmup_steps=2,
+        save_steps=2,
+        eval_steps=0,
+        num_beams=1,
+        max_new_tokens=8,
+        report_to="none",
+        disable_progress_bar=True,
+        seed=3,
+    )
+    train_fields.update(train_overrides)
+    return model_args, data_args, TrainArguments(**train_fields)
+
+
+def final_weights(output_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(output_dir / "model.safetensors")
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(corpus_folder, tmp_path):
+    corpus = prepare_corpus(tiny_arguments(corpus_folder, tmp_path)[1])
+    Trainer(*tiny_arguments(corpus_folder, tmp_path / "straight"), corpus=corpus).run()
+    Trainer(*tiny_arguments(corpus_folder, tmp_path / "split", max_steps=2), corpus=corpus).run()
+    resumed = Trainer(
+        *tiny_arguments(corpus_folder, tmp_path / "split", resume_from_checkpoint="latest"), corpus=corpus
+    )
+    assert resumed.run()["train_steps"] == 4
+    straight, split = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    assert straight.keys() == split.keys()
+    for name, tensor in straight.items():
+        assert torch.equal(split[name], tensor), name
+    # and training did move the weights, so equality is not trivial
+    first_checkpoint = load_file(tmp_path / "split" / "checkpoints" / "step-2" / "model.safetensors")
+    assert not torch.equal(first_checkpoint["model.shared.weight"], straight["model.shared.weight"])
+
+
+def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_folder, tmp_path):
+    output = tmp_path / "run"
+    Trainer(*tiny_arguments(corpus_folder, output, num_beams=2, average_last_checkpoints=2)).run()
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "modeling_vanilla_transformer.py",
+        "configuration_vanilla_transformer.py",
+        "results.json",
+    ):
+        assert (output / name).exists(), name
+    results = json.loads((output / "results.json").read_text())
+    assert results["train_steps"] == 4 and results["averaged_checkpoints"] == 2
+    assert {"loss", "bleu", "chrf", "bleu_lowercased"} <= set(results["validation"])
+    model = AutoModelForSeq2SeqLM.from_pretrained(output)
+    tokenizer = AutoTokenizer.from_pretrained(output)
+    assert model.generation_config.num_beams == 2 and model.generation_config.max_new_tokens == 8
+    # the saved model is the average of the last two checkpoints
+    checkpoints = sorted((output / "checkpoints").iterdir())
+    expected = average_weights(checkpoints[-2:])
+    for name, tensor in expected.items():
+        torch.testing.assert_close(model.state_dict()[name], tensor)
+    assert model.generate(**tokenizer(["seven"], return_tensors="pt"), max_new_tokens=3).shape[0] == 1
+
+
+def test_average_weights_is_the_elementwise_mean(tmp_path):
+    for step, value in ((1, 1.0), (2, 2.0), (3, 6.0)):
+        (tmp_path / f"step-{step}").mkdir()
+        save_file({"w": torch.full((2, 2), value)}, tmp_path / f"step-{step}" / "model.safetensors")
+    folders = sorted(tmp_path.iterdir())
+    assert torch.equal(average_weights(folders)["w"], torch.full((2, 2), 3.0))
+    (folders[0] / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="step-1/model.safetensors is missing"):
+        average_weights(folders)
+
+
+def test_config_file_gives_defaults_and_flags_override_it(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("d_model: 64\nmax_steps: 10\ndataset: some/folder\nnorm_placement: pre\n")
+    model_args, data_args, train_args = parse_arguments(["--config", str(config), "--max_steps", "3"])
+    assert (model_args.d_model, model_args.norm_placement, train_args.max_steps) == (64, "pre", 3)
+    assert data_args.dataset == "some/folder"
+    config.write_text("d_modle: 64\n")
+    with pytest.raises(ValueError, match=r"unknown arguments d_modle"):
+        parse_arguments(["--config", str(config)])
+
+
+def test_two_process_ddp_matches_one_process_on_the_same_global_batch(corpus_folder, tmp_path):
+    common = [
+        "--dataset",
+        str(corpus_folder),
+        "--validation_split",
+        "validation",
+        "--test_split",
+        "test",
+        "--tokenizer",
+        str(corpus_folder / "tokenizer"),
+        "--max_eval_samples",
+        "4",
+        "--d_model",
+        "16",
+        "--encoder_layers",
+        "1",
+        "--decoder_layers",
+        "1",
+        "--encoder_attention_heads",
+        "2",
+        "--decoder_attention_heads",
+        "2",
+        "--encoder_ffn_dim",
+        "32",
+        "--decoder_ffn_dim",
+        "32",
+        "--dropout",
+        "0",
+        "--max_steps",
+        "3",
+        "--max_tokens",
+        "256",
+        "--warmup_steps",
+        "2",
+        "--save_steps",
+        "0",
+        "--eval_steps",
+        "0",
+        "--num_beams",
+        "1",
+        "--max_new_tokens",
+        "4",
+        "--report_to",
+        "none",
+        "--disable_progress_bar",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    single = [
+        sys.executable,
+        "-m",
+        "vanilla_transformer.cli",
+        "train",
+        *common,
+        "--output_dir",
+        str(tmp_path / "one"),
+        "--gradient_accumulation_steps",
+        "2",
+    ]
+    double = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "vanilla_transformer.cli",
+        "train",
+        *common,
+        "--output_dir",
+        str(tmp_path / "two"),
+    ]
+    for command in (single, double):
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "results.json").read_text())["processes"] == 2
+    one, two = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
+    for name, tensor in one.items():
+        torch.testing.assert_close(two[name], tensor, atol=1e-6, rtol=1e-5, msg=name)

@@ -1,0 +1,210 @@
+"""Publish a trained model folder on the Hugging Face Hub: `push_folder` and `vanilla-transformer push`.
+
+A complete folder is what training writes: model.safetensors, config.json (with auto_map), the code files it
+names, the tokenizer, generation_config.json and README.md (the model card). Such a repo loads anywhere with
+`AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer.from_pretrained(repo_id)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import warnings
+from pathlib import Path
+
+from huggingface_hub import CommitOperationAdd, HfApi, get_token
+from transformers.dynamic_module_utils import get_relative_imports
+
+# Files of another tokenizer format that stand in for tokenizer.json.
+_TOKENIZER_VOCABULARIES = ("tokenizer.json", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
+# Auto classes a translation model folder must map to its code files.
+_REQUIRED_AUTO_CLASSES = ("AutoConfig", "AutoModelForSeq2SeqLM")
+# Training leftovers that have no place in a published model: checkpoints, logs, optimizer states, pickles.
+_IGNORED_DIRECTORIES = ("checkpoint-*", "runs", "__pycache__", "wandb", "mlruns", "lightning_logs")
+_IGNORED_FILES = ("*.pyc", "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "training_args.bin")
+
+
+class IncompleteModelFolderError(ValueError):
+    """The folder lacks files a published model needs; `missing` lists them."""
+
+    def __init__(self, folder: Path, missing: list[str]):
+        self.folder, self.missing = folder, missing
+        super().__init__(
+            f"{folder} is not a complete model folder; missing: {', '.join(missing)}. Save the model "
+            "(model.save_pretrained, with `import vanilla_transformer` done so the code files and auto_map are "
+            "written) and the tokenizer (tokenizer.save_pretrained) into it first."
+        )
+
+
+def missing_model_files(folder: str | os.PathLike) -> list[str]:
+    """What `folder` lacks to be a publishable model (empty when complete): weights, config with auto_map, the
+    remote-code files auto_map names and those they import, and the tokenizer."""
+    folder = Path(folder)
+    missing = []
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        missing += [shard for shard in shards if not (folder / shard).is_file()]
+    elif not (folder / "model.safetensors").is_file():
+        missing.append("model.safetensors")
+
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        missing.append("config.json")
+    else:
+        auto_map = json.loads(config_file.read_text(encoding="utf-8")).get("auto_map") or {}
+        absent = [name for name in _REQUIRED_AUTO_CLASSES if name not in auto_map]
+        if absent:
+            missing.append(f"auto_map entries for {', '.join(absent)} in config.json")
+        missing += _missing_code_files(folder, auto_map)
+
+    if not (folder / "tokenizer_config.json").is_file():
+        missing.append("tokenizer_config.json")
+    if not any((folder / name).is_file() for name in _TOKENIZER_VOCABULARIES):
+        missing.append("tokenizer.json")
+    return missing
+
+
+def _missing_code_files(folder: Path, auto_map: dict) -> list[str]:
+    """The code files named in auto_map and, transitively, their relative imports, that are not in `folder`."""
+    references = []
+    for value in auto_map.values():  # "module.Class", "repo--module.Class", or a [slow, fast] tokenizer pair
+        references += [value] if isinstance(value, str) else [item for item in value or () if isinstance(item, str)]
+    modules = [reference.split("--")[-1].rsplit(".", 1)[0] for reference in references]
+    to_check, seen, missing = list(dict.fromkeys(modules)), set(), []
+    while to_check:
+        module = to_check.pop(0)
+        if module in seen:
+            continue
+        seen.add(module)
+        code_file = folder / f"{module}.py"
+        if not code_file.is_file():
+            missing.append(code_file.name)
+            continue
+        to_check += get_relative_imports(code_file)
+    return missing
+
+
+def files_to_push(folder: str | os.PathLike) -> list[str]:
+    """The files of `folder` (paths relative to it, sorted) that `push_folder` commits: everything but hidden files
+    and training leftovers (checkpoint-*/, runs/, optimizer and scheduler states, training_args.bin, caches)."""
+    folder = Path(folder)
+    files = []
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith(".") for part in relative.parts):
+            continue
+        directories = relative.parts[:-1]
+        if any(fnmatch.fnmatch(part, pattern) for part in directories for pattern in _IGNORED_DIRECTORIES):
+            continue
+        if any(fnmatch.fnmatch(relative.name, pattern) for pattern in _IGNORED_FILES):
+            continue
+        files.append(relative.as_posix())
+    return files
+
+
+def push_folder(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    create_pr: bool = False,
+    token: str | None = None,
+    commit_message: str | None = None,
+) -> str:
+    """Publish a trained model folder to the Hub model repo `repo_id` ("user/name") in one commit; returns the URL
+    of the commit (of the pull request with `create_pr=True`).
+
+    The repo is created when it does not exist (`private` applies then); `revision` is a branch, created from the
+    default branch when missing, to commit to (or, with `create_pr`, to open the pull request against). `token`
+    defaults to HF_TOKEN or the login stored by `hf auth login`. An incomplete folder is refused with an
+    `IncompleteModelFolderError` listing what is missing, before anything is sent.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder")
+    missing = missing_model_files(folder)
+    if missing:
+        raise IncompleteModelFolderError(folder, missing)
+    if not (folder / "README.md").is_file():
+        warnings.warn(
+            f"{folder} has no README.md: the repo will have no model card "
+            "(vanilla_transformer.model_card.save_model_card writes one)",
+            stacklevel=2,
+        )
+    if token is None and get_token() is None:
+        raise PermissionError(
+            "no Hugging Face token: pass token= (--token), set HF_TOKEN, or log in once with `hf auth login`"
+        )
+
+    api = HfApi(token=token)
+    repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    repo_id = repo_url.repo_id
+    if revision is not None:
+        api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+    operations = [
+        CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(folder / name)) for name in files_to_push(folder)
+    ]
+    info = api.create_commit(
+        repo_id,
+        operations,
+        commit_message=commit_message or f"Upload {folder.resolve().name} with vanilla-transformer",
+        revision=revision,
+        create_pr=create_pr,
+        repo_type="model",
+    )
+    return str(info.pr_url if create_pr and info.pr_url else info.commit_url)
+
+
+def add_push_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `push FOLDER --repo-id USER/NAME [--private] [--revision R] [--create-pr] [--token T]`; handler in `func`."""
+    parser = subparsers.add_parser(
+        "push",
+        help="publish a trained model folder on the Hugging Face Hub",
+        description="Publish a trained model folder (weights, config, code files, tokenizer, model card) to a Hub "
+        "model repo in one commit, creating the repo if needed. The token comes from --token, HF_TOKEN or "
+        "`hf auth login`.",
+    )
+    parser.add_argument("folder", type=Path, help="the trained model folder")
+    parser.add_argument("--repo-id", required=True, help="the Hub repo, USER/NAME or ORG/NAME")
+    parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
+    parser.add_argument("--revision", help="branch to commit to (created if missing); default main")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
+    parser.add_argument("--token", help="Hugging Face token; default HF_TOKEN or the stored login")
+    parser.add_argument("--commit-message", help="message of the commit")
+    parser.add_argument("--dry-run", action="store_true", help="check the folder and list the files; send nothing")
+    parser.set_defaults(func=run_push)
+    return parser
+
+
+def run_push(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        missing = missing_model_files(args.folder) if args.folder.is_dir() else [f"the folder {args.folder}"]
+        if missing:
+            raise IncompleteModelFolderError(args.folder, missing)
+        print("\n".join(files_to_push(args.folder)))
+        return 0
+    url = push_folder(
+        args.folder,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        create_pr=args.create_pr,
+        token=args.token,
+        commit_message=args.commit_message,
+    )
+    print(url)
+    return 0
+
+
+__all__ = [
+    "IncompleteModelFolderError",
+    "add_push_subcommand",
+    "files_to_push",
+    "missing_model_files",
+    "push_folder",
+    "run_push",
+]

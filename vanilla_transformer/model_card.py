@@ -1,0 +1,324 @@
+"""The model card (README.md) of a trained model folder, rendered from the Jinja template `model_card.md`.
+
+```python
+from vanilla_transformer.model_card import save_model_card
+
+save_model_card(
+    "my-model",  # the folder holding config.json; README.md is written into it
+    results={"sacrebleu": 38.2, "bleu4_lowercased": 40.1, "chrf": 60.3, "split": "test_2016_flickr", "num_beams": 5},
+    languages=("de", "en"),
+    dataset="bentrevett/multi30k",
+    training={"epochs": 10, "batch_tokens": 4096, "learning_rate": 7e-4, "warmup_steps": 4000},
+    repo_id="me/vanilla-transformer-de-en",
+)
+```
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import torch
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+TEMPLATE_NAME = "model_card.md"
+TAGS = ["translation", "transformer", "vanilla-transformer"]
+_HUB_DATASET_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
+    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
+    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish",
+    "uk": "Ukrainian", "zh": "Chinese",
+}  # fmt: skip
+# results keys -> (metric type on the Hub, display name); other numeric keys are listed under their own name.
+METRICS = {
+    "sacrebleu": ("sacrebleu", "SacreBLEU"),
+    "bleu": ("bleu", "BLEU"),
+    "bleu4_lowercased": ("bleu", "BLEU-4 (lowercased)"),
+    "chrf": ("chrf", "chrF"),
+    "chrf++": ("chrf", "chrF++"),
+    "ter": ("ter", "TER"),
+}
+# results keys that describe the evaluation rather than score it
+_RESULT_SETTINGS = {"split", "num_beams", "max_new_tokens", "num_sentences"}
+TRAINING_LABELS = {
+    "epochs": "epochs",
+    "steps": "optimizer steps",
+    "max_steps": "optimizer steps",
+    "batch_tokens": "tokens per batch (source + target)",
+    "batch_size": "sentence pairs per batch",
+    "gradient_accumulation_steps": "gradient accumulation steps",
+    "optimizer": "optimizer",
+    "learning_rate": "peak learning rate",
+    "lr_schedule": "learning-rate schedule",
+    "warmup_steps": "warm-up steps",
+    "weight_decay": "weight decay",
+    "max_grad_norm": "gradient clipping (max norm)",
+    "label_smoothing": "label smoothing",
+    "checkpoint_averaging": "checkpoint averaging",
+    "precision": "precision",
+    "train_sentences": "training sentence pairs",
+    "hardware": "hardware",
+    "train_time": "training time",
+    "seed": "seed",
+}
+
+
+def find_template() -> Path:
+    """The package's `model_card.md`: a link to the repo root's template in a checkout, a copy once installed."""
+    template = Path(str(resources.files(__package__) / TEMPLATE_NAME))
+    if not template.is_file():
+        raise FileNotFoundError(f"the model card template {TEMPLATE_NAME} is missing from {template.parent}")
+    return template
+
+
+def render_model_card(
+    config: VanillaTransformerConfig,
+    *,
+    results: dict[str, Any],
+    languages: tuple[str, str],
+    dataset: str | None,
+    training: dict[str, Any],
+    repo_id: str | None = None,
+    template_path: str | os.PathLike | None = None,
+    generation_config: Any = None,
+) -> ModelCard:
+    """The model card of a trained model: YAML metadata (license, languages, tags, datasets, metrics and a
+    model-index with the scores in `results`) and sections on the architecture (from `config`), data and
+    training (`training`), results, usage and limitations.
+
+    `results`: scores by name ("sacrebleu", "bleu4_lowercased", "chrf", any other number) plus the settings
+    "split" and "num_beams"; strings other than those (e.g. "sacrebleu_signature") are quoted below the table.
+    `training`: the recipe, e.g. {"epochs": 10, "batch_tokens": 4096, "learning_rate": 7e-4}, shown as a table.
+    `generation_config` (a GenerationConfig or dict) supplies the beam size and length of the usage example.
+    """
+    src_lang, tgt_lang = languages
+    generation = _as_dict(generation_config)
+    dataset_id = dataset if dataset and _HUB_DATASET_ID.fullmatch(dataset) and not os.path.exists(dataset) else None
+    dataset_label = dataset_id or (Path(dataset).name if dataset else None)
+    model_name = repo_id.split("/")[-1] if repo_id else f"vanilla-transformer-{src_lang}-{tgt_lang}"
+    split = results.get("split")
+    num_beams = results.get("num_beams") or generation.get("num_beams")
+    scores = [(key, value) for key, value in results.items() if key not in _RESULT_SETTINGS and _is_number(value)]
+    notes = [
+        (key.replace("_", " "), value)
+        for key, value in results.items()
+        if key not in _RESULT_SETTINGS and isinstance(value, str)
+    ]
+
+    eval_results = [
+        EvalResult(
+            task_type="translation",
+            task_name=f"Translation {src_lang}-{tgt_lang}",
+            dataset_type=dataset_id or dataset_label or "custom",
+            dataset_name=f"{dataset_label or 'evaluation set'} ({src_lang}-{tgt_lang})",
+            dataset_split=split,
+            metric_type=METRICS.get(key, (key, key))[0],
+            metric_name=METRICS.get(key, (key, key))[1],
+            metric_value=float(value),
+        )
+        for key, value in scores
+    ]
+    card_data = ModelCardData(
+        language=[src_lang, tgt_lang],
+        license="apache-2.0",
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=list(TAGS),
+        datasets=[dataset_id] if dataset_id else None,
+        metrics=["bleu", "chrf"],
+        model_name=model_name,
+        eval_results=eval_results or None,
+    )
+
+    learned = config.position_embedding_type == "learned"
+    src_name, tgt_name = (LANGUAGE_NAMES.get(code.split("_")[0].split("-")[0], code) for code in languages)
+    results_table = [(METRICS.get(key, (key, key))[1], _format(value)) for key, value in scores]
+    variables = {
+        "model_name": model_name,
+        "model_path": repo_id or "path/to/model-folder",
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "src_name": src_name,
+        "tgt_name": tgt_name,
+        "num_parameters": _parameter_count(config),
+        "vocab_size": f"{config.vocab_size:,}",
+        "architecture": architecture_rows(config),
+        "dataset_text": _dataset_text(dataset_id, dataset_label),
+        "training_table": [
+            (TRAINING_LABELS.get(key, key.replace("_", " ")), _format(value)) for key, value in training.items()
+        ],
+        "results_table": results_table,
+        "results_notes": notes,
+        "headline": ", ".join(f"{name} {value}" for name, value in results_table),
+        "eval_split_text": f"the {split} split" + (f" of {dataset_label}" if dataset_label else "")
+        if split
+        else (f"the test set of {dataset_label}" if dataset_label else "the test set"),
+        "num_beams": num_beams,
+        "max_new_tokens": results.get("max_new_tokens") or generation.get("max_new_tokens") or 128,
+        "max_input_tokens": config.max_position_embeddings if learned else None,
+        "position_text": {"sinusoidal": "sinusoidal", "rope": "rotary (RoPE)"}.get(config.position_embedding_type),
+        "domain_note": _domain_note(dataset_label),
+    }
+    template = Path(template_path) if template_path is not None else find_template()
+    environment = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
+    )
+    content = environment.from_string(template.read_text(encoding="utf-8")).render(
+        card_data=card_data.to_yaml(), **variables
+    )
+    return ModelCard(content)
+
+
+def save_model_card(
+    folder: str | os.PathLike,
+    config: VanillaTransformerConfig | None = None,
+    *,
+    results: dict[str, Any],
+    languages: tuple[str, str],
+    dataset: str | None,
+    training: dict[str, Any],
+    repo_id: str | None = None,
+    template_path: str | os.PathLike | None = None,
+) -> Path:
+    """Render the card of the model saved in `folder` and write it to `folder`/README.md (returned).
+
+    `config` defaults to the folder's config.json; the usage example takes its beam size and length limit from
+    the folder's generation_config.json when there is one.
+    """
+    folder = Path(folder)
+    if config is None:
+        config = VanillaTransformerConfig.from_pretrained(folder)
+    generation_file = folder / "generation_config.json"
+    generation = json.loads(generation_file.read_text(encoding="utf-8")) if generation_file.is_file() else None
+    card = render_model_card(
+        config,
+        results=results,
+        languages=languages,
+        dataset=dataset,
+        training=training,
+        repo_id=repo_id,
+        template_path=template_path,
+        generation_config=generation,
+    )
+    path = folder / "README.md"
+    card.save(path)
+    return path
+
+
+def architecture_rows(config: VanillaTransformerConfig) -> list[tuple[str, str, str]]:
+    """(switch, this model, the paper's base model) for the card's architecture table."""
+    paper = VanillaTransformerConfig()
+    rows = []
+    for name, describe in (
+        ("vocabulary (shared source/target)", lambda c: f"{c.vocab_size:,}"),
+        ("d_model", lambda c: str(c.d_model)),
+        ("layers (encoder / decoder)", lambda c: f"{c.encoder_layers} / {c.decoder_layers}"),
+        ("attention heads (encoder / decoder)", lambda c: f"{c.encoder_attention_heads} / {c.decoder_attention_heads}"),
+        ("attention", _attention_kind),
+        ("d_ff (encoder / decoder)", lambda c: f"{c.encoder_ffn_dim} / {c.decoder_ffn_dim}"),
+        ("activation", lambda c: c.activation_function),
+        ("norm placement", lambda c: {"post": "post-LN (paper)", "pre": "pre-LN"}[c.norm_placement]),
+        ("norm", lambda c: c.norm_type),
+        ("positions", _positions),
+        ("self-attention window", lambda c: "full" if c.sliding_window is None else f"{c.sliding_window} tokens"),
+        ("embeddings scaled by sqrt(d_model)", lambda c: _yes(c.scale_embedding)),
+        ("encoder/decoder embeddings shared", lambda c: _yes(c.share_encoder_decoder_embeddings)),
+        ("generator tied to embeddings", lambda c: _yes(c.tie_word_embeddings)),
+        ("dropout", lambda c: _format(c.dropout)),
+        (
+            "attention / activation dropout",
+            lambda c: f"{_format(c.attention_dropout)} / {_format(c.activation_dropout)}",
+        ),
+        ("stochastic depth (drop path)", lambda c: _format(c.drop_path_rate)),
+        ("label smoothing", lambda c: _format(c.label_smoothing)),
+    ):
+        rows.append((name, describe(config), describe(paper)))
+    paper_rows = {"vocabulary (shared source/target)": "37,000 (BPE, WMT En-De)", "label smoothing": "0.1"}
+    return [(name, value, paper_rows.get(name, base)) for name, value, base in rows]
+
+
+def _attention_kind(config: VanillaTransformerConfig) -> str:
+    kv = config.num_key_value_heads
+    if kv is None or kv == config.encoder_attention_heads == config.decoder_attention_heads:
+        return "multi-head"
+    if kv == 1:
+        return "multi-query (1 key/value head)"
+    return f"grouped-query ({kv} key/value heads)"
+
+
+def _positions(config: VanillaTransformerConfig) -> str:
+    if config.position_embedding_type == "learned":
+        return f"learned ({config.max_position_embeddings} positions)"
+    if config.position_embedding_type == "rope":
+        return f"rotary (theta {_format(config.rope_theta)})"
+    return "sinusoidal"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _format(value) -> str:
+    """Numbers as a person writes them: 38.2, 0.0007, 100000; anything else as its text."""
+    if isinstance(value, bool) or not _is_number(value):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return str(value)
+    if abs(value) >= 1e5:
+        return f"{float(value):.0f}"
+    return f"{round(float(value), 4):g}" if abs(value) >= 1e-4 or value == 0 else f"{float(value):.1e}"
+
+
+def _parameter_count(config: VanillaTransformerConfig) -> str | None:
+    """ "60.5M": the model built on the meta device (no memory, no initialisation cost), shared weights once."""
+    from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    try:
+        with torch.device("meta"):
+            count = VanillaTransformerForConditionalGeneration(config).num_parameters()
+    except Exception:  # a card is still useful without the count
+        return None
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return str(count)
+
+
+def _dataset_text(dataset_id: str | None, label: str | None) -> str | None:
+    if dataset_id and "/" in dataset_id:
+        return f"[{dataset_id}](https://huggingface.co/datasets/{dataset_id})"
+    return f"`{label}`" if label else None
+
+
+def _domain_note(label: str | None) -> str | None:
+    if label and "multi30k" in label.lower():
+        return (
+            "Multi30k is image descriptions (Flickr30k captions): short, literal sentences about people, animals "
+            "and scenes. Other domains (news, dialogue, technical text) are out of domain and translate much worse."
+        )
+    return None
+
+
+def _as_dict(generation_config) -> dict[str, Any]:
+    if generation_config is None:
+        return {}
+    if isinstance(generation_config, dict):
+        return generation_config
+    return generation_config.to_dict()
+
+
+__all__ = ["architecture_rows", "find_template", "render_model_card", "save_model_card"]

@@ -1,0 +1,141 @@
+"""The `vanilla-transformer train` arguments: three dataclasses read by transformers' HfArgumentParser from a
+YAML/JSON file and/or the command line (command-line flags override the file)."""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
+
+
+@dataclass
+class ModelArguments:
+    """Architecture switches; the names and meanings are those of VanillaTransformerConfig."""
+
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    num_key_value_heads: int | None = None
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    drop_path_rate: float = 0.0
+    norm_placement: str = "post"
+    norm_type: str = "layernorm"
+    position_embedding_type: str = "sinusoidal"
+    max_position_embeddings: int = 512
+    share_encoder_decoder_embeddings: bool = True
+    tie_word_embeddings: bool = True
+    sliding_window: int | None = None
+    label_smoothing: float = 0.1
+    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2"})
+
+    def build_config(self, tokenizer) -> VanillaTransformerConfig:
+        switches = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "attn_implementation"}
+        return VanillaTransformerConfig(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.bos_token_id,
+            **switches,
+        )
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(
+        default="bentrevett/multi30k",
+        metadata={"help": "a Hub dataset id, a folder of {split}.{lang}[.gz] files, or a jsonl/csv file"},
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "the Hub dataset's configuration name"})
+    source_lang: str = "en"
+    target_lang: str = "de"
+    train_split: str = "train"
+    validation_split: str = "validation"
+    test_split: str | None = "test"
+    tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer; trained on train if unset"})
+    vocab_size: int = 8000
+    lowercase: bool = False
+    max_source_length: int = 128
+    max_target_length: int = 128
+    max_eval_samples: int | None = field(default=None, metadata={"help": "translate at most this many for BLEU"})
+
+
+@dataclass
+class TrainArguments:
+    output_dir: str = "outputs/model"
+    seed: int = 42
+    max_steps: int = 10000
+    max_tokens: int = field(default=4096, metadata={"help": "token budget of one micro-batch per process"})
+    gradient_accumulation_steps: int = 1
+    learning_rate: float | None = field(
+        default=None, metadata={"help": "peak learning rate; default d_model^-0.5 * warmup_steps^-0.5 (the paper)"}
+    )
+    warmup_steps: int = 4000
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-9
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16"})
+    use_cpu: bool = field(default=False, metadata={"help": "train on the CPU even when a GPU is present"})
+    logging_steps: int = 50
+    eval_steps: int = 1000
+    save_steps: int = 1000
+    save_total_limit: int = 10
+    average_last_checkpoints: int = field(default=1, metadata={"help": "average the last K checkpoints at the end"})
+    resume_from_checkpoint: str | None = field(default=None, metadata={"help": "a checkpoint folder, or 'latest'"})
+    num_beams: int = 5
+    max_new_tokens: int = 128
+    eval_batch_size: int = 64
+    push_to_hub: bool = False
+    hub_repo_id: str | None = None
+    hub_private: bool = False
+    report_to: str = field(default="auto", metadata={"help": "auto (tensorboard when installed), tensorboard, none"})
+    disable_progress_bar: bool = False
+
+    def peak_learning_rate(self, d_model: int) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return d_model**-0.5 * max(self.warmup_steps, 1) ** -0.5
+
+
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, TrainArguments)
+
+
+def read_config_file(path: str | Path) -> dict:
+    path = Path(path)
+    text = path.read_text()
+    values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} must hold a mapping of argument names to values, got {type(values).__name__}")
+    return values
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
+    """`--config FILE` gives the defaults; any other flag overrides them. Unknown keys in the file are an error."""
+    parser = HfArgumentParser(ARGUMENT_CLASSES, prog="vanilla-transformer train")
+    parser.add_argument("--config", help="a YAML or JSON file of arguments")
+    known, _ = parser.parse_known_args(argv)
+    if known.config:
+        values = read_config_file(known.config)
+        names = {f.name for cls in ARGUMENT_CLASSES for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"{known.config}: unknown arguments {', '.join(unknown)}")
+        parser.set_defaults(**values)
+    # the outputs are the dataclasses, then a namespace holding --config, then the strings left over
+    outputs = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    if outputs[-1]:
+        parser.error(f"unrecognized arguments: {' '.join(outputs[-1])}")
+    return tuple(outputs[: len(ARGUMENT_CLASSES)])

@@ -1,0 +1,72 @@
+"""Training checkpoints: what a resumed run needs beyond Accelerate's own state, pruning, and averaging."""
+
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class TrainingState:
+    """Saved with every checkpoint through `accelerator.register_for_checkpointing`."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_bleu: float = -1.0
+    best_step: int = -1
+    history: list = field(default_factory=list)
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+def checkpoint_folders(root: Path) -> list[Path]:
+    """Checkpoints under `root`, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), path) for path in root.iterdir() if (m := CHECKPOINT_PATTERN.match(path.name))]
+    return [path for _, path in sorted(found)]
+
+
+def resolve_resume(root: Path, requested: str | None) -> Path | None:
+    if not requested:
+        return None
+    if requested == "latest":
+        folders = checkpoint_folders(root)
+        if not folders:
+            raise FileNotFoundError(f"--resume_from_checkpoint latest: no checkpoint under {root}")
+        return folders[-1]
+    path = Path(requested)
+    if not path.is_dir():
+        raise FileNotFoundError(f"--resume_from_checkpoint {requested}: no such checkpoint folder")
+    return path
+
+
+def prune(root: Path, keep: int) -> None:
+    for path in checkpoint_folders(root)[:-keep] if keep > 0 else []:
+        shutil.rmtree(path)
+
+
+def average_weights(folders: list[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the model weights of several checkpoints (fairseq's average_checkpoints)."""
+    if not folders:
+        raise ValueError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    for folder in folders:
+        weights_file = folder / "model.safetensors"
+        if not weights_file.exists():
+            raise FileNotFoundError(f"{weights_file} is missing: the checkpoint is incomplete")
+        for name, tensor in load_file(weights_file).items():
+            total[name] = total[name] + tensor.double() if name in total else tensor.double()
+    reference = load_file(folders[-1] / "model.safetensors")
+    return {name: (summed / len(folders)).to(reference[name].dtype) for name, summed in total.items()}

@@ -1,0 +1,314 @@
+"""The training loop: Accelerate (CPU, one GPU, or many through `accelerate launch`), token-budget batches,
+AdamW with the paper's inverse-square-root warm-up, exact resume, periodic evaluation, a Hub-ready output."""
+
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from tqdm.auto import tqdm
+from transformers import GenerationConfig, get_inverse_sqrt_schedule
+
+from ..data import seq2seq_collator, sequence_lengths, token_budget_batches
+from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .arguments import DataArguments, ModelArguments, TrainArguments
+from .checkpoints import TrainingState, average_weights, checkpoint_folders, prune, resolve_resume
+from .corpus import Corpus, prepare_corpus
+from .evaluation import translation_scores, validation_loss
+
+
+class BatchPlan:
+    """The order of micro-batches, a pure function of the seed: epoch e is the token-budget batching of the
+    training set shuffled with seed + e. A position (epoch, index) is all a checkpoint needs to resume."""
+
+    def __init__(self, lengths: list[tuple[int, int]], max_tokens: int, seed: int):
+        self.lengths, self.max_tokens, self.seed = lengths, max_tokens, seed
+        self._epoch, self._batches = None, None
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._batches = token_budget_batches(self.lengths, self.max_tokens, shuffle_seed=self.seed + epoch)
+        return self._batches
+
+    def take(self, epoch: int, index: int, count: int) -> tuple[list[list[int]], int, int]:
+        taken = []
+        while len(taken) < count:
+            batches = self.epoch_batches(epoch)
+            if index >= len(batches):
+                epoch, index = epoch + 1, 0
+                continue
+            taken.append(batches[index])
+            index += 1
+        return taken, epoch, index
+
+
+def build_model(model_args: ModelArguments, tokenizer, seed: int) -> VanillaTransformerForConditionalGeneration:
+    set_seed(seed)
+    config = model_args.build_config(tokenizer)
+    return VanillaTransformerForConditionalGeneration._from_config(
+        config, attn_implementation=model_args.attn_implementation
+    )
+
+
+def load_weights(model, weights: dict[str, torch.Tensor]) -> None:
+    """Load averaged weights; checkpoints store a tied matrix once, so only tied names may be absent."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = set(getattr(model, "all_tied_weights_keys", {}))
+    if unexpected or set(missing) - tied:
+        raise ValueError(f"checkpoint weights do not fit the model: missing {missing}, unexpected {unexpected}")
+
+
+def use_cpu(args: TrainArguments) -> bool:
+    """Several processes on a machine without a GPU (torchrun, or `accelerate launch --multi_gpu`) train on the
+    CPU with gloo; `accelerate launch --cpu --num_processes N` itself starts one process unless MPI is set up."""
+    several_processes = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return args.use_cpu or (several_processes and not torch.cuda.is_available())
+
+
+def wants_tensorboard(report_to: str) -> bool:
+    if report_to == "none":
+        return False
+    available = importlib.util.find_spec("tensorboard") is not None
+    if report_to == "tensorboard" and not available:
+        raise ValueError("--report_to tensorboard needs the tensorboard package: pip install tensorboard")
+    return available
+
+
+class Trainer:
+    """One training run. `run()` trains to max_steps (resuming if asked) and writes the output folder."""
+
+    def __init__(self, model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None):
+        self.model_args, self.data_args, self.args = model_args, data_args, train_args
+        self.output_dir = Path(train_args.output_dir)
+        self.checkpoint_root = self.output_dir / "checkpoints"
+        tensorboard = wants_tensorboard(train_args.report_to)
+        self.accelerator = Accelerator(
+            cpu=use_cpu(train_args),
+            mixed_precision=train_args.mixed_precision,
+            # the warm-up counts optimizer steps whatever the number of processes; by default Accelerate would
+            # advance the schedule once per process per step
+            step_scheduler_with_optimizer=False,
+            log_with="tensorboard" if tensorboard else None,
+            project_dir=str(self.output_dir / "logs") if tensorboard else None,
+        )
+        self.corpus: Corpus = corpus or prepare_corpus(data_args)
+        self.tokenizer = self.corpus.tokenizer
+        self.model = build_model(model_args, self.tokenizer, train_args.seed)
+        self.collator = seq2seq_collator(self.tokenizer, model=self.model)
+        optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=train_args.peak_learning_rate(self.model.config.d_model),
+            betas=(train_args.adam_beta1, train_args.adam_beta2),
+            eps=train_args.adam_epsilon,
+            weight_decay=train_args.weight_decay,
+        )
+        scheduler = get_inverse_sqrt_schedule(optimizer, num_warmup_steps=train_args.warmup_steps)
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
+        self.state = TrainingState()
+        self.accelerator.register_for_checkpointing(self.state)
+        self.plan = BatchPlan(sequence_lengths(self.corpus.train), train_args.max_tokens, train_args.seed)
+        if tensorboard:
+            self.accelerator.init_trackers("train", config=self.hyperparameters())
+
+    @property
+    def unwrapped(self) -> VanillaTransformerForConditionalGeneration:
+        return self.accelerator.unwrap_model(self.model)
+
+    def hyperparameters(self) -> dict:
+        values = {**vars(self.model_args), **vars(self.data_args), **vars(self.args)}
+        return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in values.items()}
+
+    def micro_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        examples = [self.corpus.train[i] for i in indices]
+        return {name: value.to(self.accelerator.device) for name, value in self.collator(examples).items()}
+
+    def train_step(self) -> tuple[float, int]:
+        """One optimizer step over world_size x accumulation micro-batches; returns (mean token loss, tokens)."""
+        processes, accumulation = self.accelerator.num_processes, self.args.gradient_accumulation_steps
+        batches, self.state.epoch, self.state.batch_in_epoch = self.plan.take(
+            self.state.epoch, self.state.batch_in_epoch, processes * accumulation
+        )
+        # every process knows the whole step's batches, so it knows the step's target-token count without
+        # communicating; DDP averages gradients over processes, hence the factor `processes`
+        step_tokens = sum(self.plan.lengths[i][1] for batch in batches for i in batch)
+        own_batches = batches[self.accelerator.process_index :: processes]
+        step_loss, seen_tokens = 0.0, 0
+        for position, indices in enumerate(own_batches):
+            batch = self.micro_batch(indices)
+            last = position == len(own_batches) - 1
+            with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
+                loss = self.model(**batch, num_items_in_batch=step_tokens / processes).loss
+                self.accelerator.backward(loss)
+            step_loss += loss.item() / processes
+            seen_tokens += int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
+        if self.args.max_grad_norm > 0:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        totals = self.accelerator.reduce(torch.tensor([step_loss, seen_tokens], device=self.accelerator.device))
+        return totals[0].item(), int(totals[1].item())
+
+    def save_checkpoint(self) -> None:
+        folder = self.checkpoint_root / f"step-{self.state.step}"
+        self.accelerator.save_state(str(folder))
+        if self.accelerator.is_main_process:
+            prune(self.checkpoint_root, max(self.args.save_total_limit, self.args.average_last_checkpoints))
+        self.accelerator.wait_for_everyone()
+
+    def evaluate(self, dataset, limit: int | None = None) -> dict[str, float]:
+        model = self.unwrapped
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
+        loss = validation_loss(model, dataset, self.collator, self.args.max_tokens, self.accelerator.device)
+        scores, _ = translation_scores(
+            model,
+            self.tokenizer,
+            dataset,
+            self.data_args.source_lang,
+            self.data_args.target_lang,
+            num_beams=self.args.num_beams,
+            max_new_tokens=self.args.max_new_tokens,
+            batch_size=self.args.eval_batch_size,
+        )
+        return {"loss": loss, **scores}
+
+    def evaluate_and_keep_best(self) -> dict[str, float]:
+        metrics = {}
+        if self.accelerator.is_main_process:
+            metrics = self.evaluate(self.corpus.validation, self.data_args.max_eval_samples)
+            self.state.history.append({"step": self.state.step, **metrics})
+            if metrics["bleu"] > self.state.best_bleu:
+                self.state.best_bleu, self.state.best_step = metrics["bleu"], self.state.step
+                self.unwrapped.save_pretrained(self.output_dir / "best")
+        self.accelerator.wait_for_everyone()
+        return metrics
+
+    def resume(self) -> None:
+        folder = resolve_resume(self.checkpoint_root, self.args.resume_from_checkpoint)
+        if folder is not None:
+            self.accelerator.load_state(str(folder))
+            self.accelerator.print(f"resumed from {folder} at step {self.state.step}")
+
+    def run(self) -> dict:
+        self.resume()
+        self.model.train()
+        progress = tqdm(
+            total=self.args.max_steps,
+            initial=self.state.step,
+            desc="training",
+            disable=self.args.disable_progress_bar or not self.accelerator.is_main_process,
+        )
+        started, window_tokens, window_start = time.time(), 0, time.time()
+        while self.state.step < self.args.max_steps:
+            loss, tokens = self.train_step()
+            window_tokens += tokens
+            progress.update(1)
+            if self.state.step % self.args.logging_steps == 0 or self.state.step == self.args.max_steps:
+                rate = window_tokens / max(time.time() - window_start, 1e-9)
+                learning_rate = self.scheduler.get_last_lr()[0]
+                progress.set_postfix(loss=f"{loss:.3f}", lr=f"{learning_rate:.2e}", tok_s=f"{rate:,.0f}")
+                self.accelerator.log(
+                    {"train/loss": loss, "train/lr": learning_rate, "train/tokens_per_s": rate}, step=self.state.step
+                )
+                window_tokens, window_start = 0, time.time()
+            if self.args.save_steps > 0 and self.state.step % self.args.save_steps == 0:
+                self.save_checkpoint()
+            if self.args.eval_steps > 0 and self.state.step % self.args.eval_steps == 0:
+                metrics = self.evaluate_and_keep_best()
+                if metrics:
+                    progress.write(f"step {self.state.step}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
+                    self.accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.state.step)
+        progress.close()
+        self.train_seconds = time.time() - started
+        return self.finish()
+
+    def finish(self) -> dict:
+        """Average the last checkpoints if asked, score the final model, and write the Hub-ready folder."""
+        self.accelerator.wait_for_everyone()
+        model = self.unwrapped
+        averaged = self.args.average_last_checkpoints
+        if averaged > 1:
+            folders = checkpoint_folders(self.checkpoint_root)[-averaged:]
+            load_weights(model, average_weights(folders))
+            averaged = len(folders)
+        results = {
+            "train_steps": self.state.step,
+            "averaged_checkpoints": max(averaged, 1),
+            "processes": self.accelerator.num_processes,
+        }
+        if self.accelerator.is_main_process:
+            model.generation_config = GenerationConfig(
+                num_beams=self.args.num_beams,
+                max_new_tokens=self.args.max_new_tokens,
+                bos_token_id=model.config.bos_token_id,
+                eos_token_id=model.config.eos_token_id,
+                pad_token_id=model.config.pad_token_id,
+                decoder_start_token_id=model.config.decoder_start_token_id,
+            )
+            for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):
+                if dataset is not None:
+                    results[name] = self.evaluate(dataset)
+            results.update(
+                best_validation_bleu=self.state.best_bleu,
+                best_step=self.state.best_step,
+                train_seconds=round(getattr(self, "train_seconds", 0.0), 1),
+                machine=f"{platform.machine()}, {torch.get_num_threads()} threads, {self.accelerator.device}",
+            )
+            self.write_output_folder(model, results)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.end_training()
+        return results
+
+    def write_output_folder(self, model, results: dict) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(self.output_dir)
+        self.tokenizer.save_pretrained(self.output_dir)
+        (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        self.write_model_card(model, results)
+        if self.args.push_to_hub:
+            from ..hub import push_folder
+
+            push_folder(self.output_dir, self.args.hub_repo_id, private=self.args.hub_private)
+
+    def write_model_card(self, model, results: dict) -> None:
+        try:
+            from ..model_card import save_model_card
+        except ImportError:
+            return
+        test = results.get("test") or results.get("validation") or {}
+        save_model_card(
+            self.output_dir,
+            config=model.config,
+            results={
+                "sacrebleu": test.get("bleu"),
+                "bleu4_lowercased": test.get("bleu_lowercased"),
+                "chrf": test.get("chrf"),
+                "split": self.data_args.test_split if results.get("test") else self.data_args.validation_split,
+                "num_beams": self.args.num_beams,
+            },
+            languages=(self.data_args.source_lang, self.data_args.target_lang),
+            dataset=self.data_args.dataset,
+            training={
+                "steps": results["train_steps"],
+                "max_tokens": self.args.max_tokens,
+                "averaged_checkpoints": results["averaged_checkpoints"],
+                "train_seconds": results.get("train_seconds"),
+                "machine": results.get("machine"),
+                "label_smoothing": model.config.label_smoothing,
+                "warmup_steps": self.args.warmup_steps,
+            },
+            repo_id=self.args.hub_repo_id,
+        )
+
+
+def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None) -> dict:
+    return Trainer(model_args, data_args, train_args, corpus).run()

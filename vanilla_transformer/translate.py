@@ -1,0 +1,278 @@
+"""Translate text with a trained model: the one-liner that transformers 5 no longer has as a pipeline, and the
+`vanilla-transformer translate` command.
+
+```python
+from vanilla_transformer.translate import load_for_translation, translate
+
+model, tokenizer = load_for_translation("my-model")  # a local folder or a Hub repo id
+translate(model, tokenizer, ["Ein Hund rennt.", "", "Zwei Männer spielen Fußball."])
+```
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .data import iter_lines
+
+DEFAULT_NUM_BEAMS = 5
+# Input limit of models whose positions work at any length (sinusoidal, rotary): generous, but it keeps a stray
+# megabyte-long line from exhausting memory.
+DEFAULT_MAX_INPUT_TOKENS = 1024
+# Without a max_new_tokens from the caller or the generation config, a translation may be this much longer than
+# its source in tokens (the paper: "maximum output length to input length + 50").
+EXTRA_OUTPUT_TOKENS = 50
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def translate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+    batch_size: int = 32,
+    max_input_tokens: int | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> list[str]:
+    """Translate `texts` with `model.generate`; the translations come back in the order of `texts`.
+
+    - Sentences are sorted by length into batches of at most `batch_size`, so little compute goes to padding.
+    - An empty or whitespace-only text gives "" without reaching the model.
+    - A text of more than `max_input_tokens` tokens (default: `max_position_embeddings` for learned positions,
+      else 1024) is truncated, with a warning naming its line number (1-based), instead of failing.
+    - `num_beams` and `max_new_tokens` default to the model's generation config; without them there, to 5 beams
+      and "source length + 50" tokens (per sentence: sentences then share a batch only with sentences of their
+      own length, so a translation never depends on its batch). Every other generation setting (length penalty,
+      early stopping, ...) comes from `model.generation_config`.
+    - `device`: where to run (the model is moved there); None keeps the model where it is.
+    """
+    return _translate(
+        model,
+        tokenizer,
+        texts,
+        num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        max_input_tokens=max_input_tokens,
+        device=device,
+        progress=progress,
+    )
+
+
+def _translate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    num_beams: int | None,
+    max_new_tokens: int | None,
+    batch_size: int,
+    max_input_tokens: int | None,
+    device: str | torch.device | None,
+    progress: bool,
+    line_names: Sequence[str] | None = None,
+) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("translate() takes a list of texts, not a single string: wrap it as [text]")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be a positive integer")
+    config, generation_config = model.config, model.generation_config
+    num_beams = num_beams or generation_config.num_beams or DEFAULT_NUM_BEAMS
+    max_new_tokens = max_new_tokens or generation_config.max_new_tokens
+    # A generation config that limits the total length instead is honoured by generate() itself.
+    limit_by_source = max_new_tokens is None and generation_config.max_length is None
+    learned = getattr(config, "position_embedding_type", None) == "learned"
+    max_positions = getattr(config, "max_position_embeddings", None) if learned else None
+    if max_input_tokens is None:
+        max_input_tokens = max_positions or DEFAULT_MAX_INPUT_TOKENS
+    if max_input_tokens < 1:
+        raise ValueError(f"max_input_tokens={max_input_tokens} must be a positive integer")
+    if max_positions is not None and max_new_tokens is not None and max_new_tokens > max_positions:
+        # the decoder's learned position table has no row past max_position_embeddings
+        max_new_tokens = max_positions
+
+    results = [""] * len(texts)
+    todo = [index for index, text in enumerate(texts) if text.strip()]
+    if not todo:
+        return results
+    encoded = tokenizer([texts[index] for index in todo], add_special_tokens=True)["input_ids"]
+    token_ids = {
+        index: _truncate(ids, max_input_tokens, tokenizer.eos_token_id)
+        for index, ids in zip(todo, encoded, strict=True)
+    }
+    too_long = [(index, len(ids)) for index, ids in zip(todo, encoded, strict=True) if len(ids) > max_input_tokens]
+    if too_long:
+        names = line_names or [f"line {index + 1}" for index in range(len(texts))]
+        listed = ", ".join(f"{names[index]} ({length} tokens)" for index, length in too_long[:10])
+        more = f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
+        warnings.warn(
+            f"{len(too_long)} input(s) longer than max_input_tokens={max_input_tokens} were truncated to "
+            f"{max_input_tokens} tokens: {listed}{more}",
+            stacklevel=3,
+        )
+
+    if device is not None:
+        model.to(device)
+    device = model.device
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=len(todo), unit="sent", file=sys.stderr, disable=not progress, desc="translating")
+    try:
+        for batch in _length_batches(todo, token_ids, batch_size, split_on_length=limit_by_source):
+            inputs = tokenizer.pad({"input_ids": [token_ids[index] for index in batch]}, return_tensors="pt")
+            limit = max_new_tokens
+            if limit_by_source:
+                limit = len(token_ids[batch[0]]) + EXTRA_OUTPUT_TOKENS
+                limit = min(limit, max_positions) if max_positions is not None else limit
+            with torch.inference_mode():
+                generated = model.generate(
+                    input_ids=inputs["input_ids"].to(device),
+                    attention_mask=inputs["attention_mask"].to(device),
+                    num_beams=num_beams,
+                    num_return_sequences=1,
+                    **({"max_new_tokens": limit} if limit is not None else {}),
+                )
+            decoded = tokenizer.batch_decode(generated, skip_special_tokens=True)
+            for index, text in zip(batch, decoded, strict=True):
+                results[index] = text.strip()
+            bar.update(len(batch))
+    finally:
+        bar.close()
+        model.train(was_training)
+    return results
+
+
+def _truncate(ids: list[int], max_tokens: int, eos_token_id: int | None) -> list[int]:
+    """Cut to `max_tokens`, keeping the end-of-sequence token the encoder was trained to see last."""
+    if len(ids) <= max_tokens:
+        return ids
+    if eos_token_id is not None and ids[-1] == eos_token_id and max_tokens > 1:
+        return [*ids[: max_tokens - 1], eos_token_id]
+    return ids[:max_tokens]
+
+
+def _length_batches(
+    indices: list[int], token_ids: dict[int, list[int]], batch_size: int, split_on_length: bool
+) -> Iterable[list[int]]:
+    """Longest first (a batch that runs out of memory does so at once); ties keep their input order."""
+    ordered = sorted(indices, key=lambda index: -len(token_ids[index]))
+    batch: list[int] = []
+    for index in ordered:
+        new_length = split_on_length and batch and len(token_ids[index]) != len(token_ids[batch[0]])
+        if batch and (len(batch) == batch_size or new_length):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+def load_for_translation(
+    name_or_path: str | Path,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a model and its tokenizer from a local folder or a Hub repo id, in eval mode, ready for `translate`.
+
+    `device`: None takes "cuda" when available, else "cpu". `dtype`: None keeps the saved precision; else one of
+    float32 / bfloat16 / float16 (name or torch dtype). `trust_remote_code=True` runs the code files the folder
+    carries; it is not needed while this package is importable (it registers the classes with the Auto classes).
+    """
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
+        dtype = DTYPES[dtype]
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    name_or_path = str(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    model_kwargs = {"dtype": dtype} if dtype is not None else {}
+    model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **model_kwargs)
+    return model.to(device).eval(), tokenizer
+
+
+def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `translate --model FOLDER_OR_REPO [--input FILE ...] [--output FILE] ...`; the handler is in `func`."""
+    parser = subparsers.add_parser(
+        "translate",
+        help="translate lines of text with a trained model",
+        description="Translate one sentence per line from stdin or --input files; the translations are written "
+        "in input order, one per line, to stdout or --output. An empty line gives an empty line.",
+    )
+    parser.add_argument("--model", required=True, help="a trained model folder or a Hugging Face Hub repo id")
+    parser.add_argument("--input", nargs="+", type=Path, help="text files, one sentence a line (.gz ok); default stdin")
+    parser.add_argument("--output", type=Path, help="file for the translations; default stdout")
+    parser.add_argument("--num-beams", type=int, help="beam size; default the model's generation config, else 5")
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="longest translation in tokens; default the generation config's"
+    )
+    parser.add_argument("--max-input-tokens", type=int, help="longer inputs are truncated with a warning")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default cuda when available")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), help="default the saved precision")
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
+    )
+    parser.set_defaults(func=run_translate)
+    return parser
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    if args.input:
+        missing = [str(path) for path in args.input if not path.is_file()]
+        if missing:
+            raise FileNotFoundError(f"input files not found: {', '.join(missing)}")
+        texts, names = [], []
+        for path in args.input:
+            for number, line in enumerate(iter_lines(path), start=1):
+                texts.append(line)
+                names.append(f"{path}:{number}")
+    else:
+        texts, names = _read_stdin(), None
+    model, tokenizer = load_for_translation(args.model, args.device, args.dtype, args.trust_remote_code)
+    translations = _translate(
+        model,
+        tokenizer,
+        texts,
+        num_beams=args.num_beams,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        max_input_tokens=args.max_input_tokens,
+        device=None,
+        progress=bool(args.input),
+        line_names=names,
+    )
+    # one translation per line, whatever bytes the model produced
+    lines = "".join(" ".join(text.splitlines()) + "\n" for text in translations)
+    if args.output is None:
+        sys.stdout.write(lines)
+        sys.stdout.flush()
+    else:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(lines, encoding="utf-8", newline="\n")
+        print(f"wrote {len(translations)} translations to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _read_stdin() -> list[str]:
+    """The lines of stdin split on "\\n" only (a stray "\\r" inside a line must not break the alignment)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    data = buffer.read().decode("utf-8") if buffer is not None else sys.stdin.read()
+    if not data:
+        return []
+    return [line.removesuffix("\r") for line in data.removesuffix("\n").split("\n")]
+
+
+__all__ = ["add_translate_subcommand", "load_for_translation", "run_translate", "translate"]
