@@ -7,6 +7,7 @@ from .hub import add_push_subcommand
 from .tokenization import add_tokenizer_subcommand
 from .training import add_train_subcommand, run_train
 from .translate import add_translate_subcommand
+from .visualization import add_plot_subcommand
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_subcommand(subcommands)
     add_translate_subcommand(subcommands)
     add_push_subcommand(subcommands)
+    add_plot_subcommand(subcommands)
     return parser
 
 

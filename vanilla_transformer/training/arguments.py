@@ -76,6 +76,9 @@ class TrainArguments:
     output_dir: str = "outputs/model"
     seed: int = 42
     max_steps: int = 10000
+    max_train_minutes: float | None = field(
+        default=None, metadata={"help": "stop after this much training time (then checkpoint and finish)"}
+    )
     max_tokens: int = field(default=4096, metadata={"help": "token budget of one micro-batch per process"})
     gradient_accumulation_steps: int = 1
     learning_rate: float | None = field(

@@ -198,6 +198,13 @@ class Trainer:
             self.accelerator.load_state(str(folder))
             self.accelerator.print(f"resumed from {folder} at step {self.state.step}")
 
+    def out_of_time(self, started: float) -> bool:
+        if self.args.max_train_minutes is None:
+            return False
+        # every process must stop at the same step, so the main process's clock decides
+        over = torch.tensor(float(time.time() - started > 60 * self.args.max_train_minutes))
+        return bool(self.accelerator.reduce(over.to(self.accelerator.device), "max").item())
+
     def run(self) -> dict:
         self.resume()
         self.model.train()
@@ -208,7 +215,7 @@ class Trainer:
             disable=self.args.disable_progress_bar or not self.accelerator.is_main_process,
         )
         started, window_tokens, window_start = time.time(), 0, time.time()
-        while self.state.step < self.args.max_steps:
+        while self.state.step < self.args.max_steps and not self.out_of_time(started):
             loss, tokens = self.train_step()
             window_tokens += tokens
             progress.update(1)
@@ -229,6 +236,8 @@ class Trainer:
                     self.accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.state.step)
         progress.close()
         self.train_seconds = time.time() - started
+        if self.args.save_steps > 0 and self.state.step % self.args.save_steps:
+            self.save_checkpoint()  # stopped by the clock between two checkpoints
         return self.finish()
 
     def finish(self) -> dict:
