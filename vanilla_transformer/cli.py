@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from .demo import add_demo_subcommand
 from .hub import add_push_subcommand
 from .tokenization import add_tokenizer_subcommand
 from .training import add_train_subcommand, run_train
@@ -17,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     subcommands = parser.add_subparsers(dest="command")
+    add_demo_subcommand(subcommands)
     add_tokenizer_subcommand(subcommands)
     add_train_subcommand(subcommands)
     add_translate_subcommand(subcommands)

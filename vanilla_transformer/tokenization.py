@@ -26,16 +26,21 @@ def train_tokenizer(
     vocab_size: int = 8000,
     min_frequency: int = 2,
     lowercase: bool = False,
+    split_punctuation: bool = False,
 ) -> PreTrainedTokenizerFast:
     """Train a BPE tokenizer shared by source and target language, appending `</s>` to every sequence.
 
     `files_or_iterator` is a text file path (plain or .gz, one sentence a line), a list of them, or any iterable of
     sentences (a list of strings, a generator, a `datasets` column). A list counts as paths when its first item is
     a `Path` or names an existing file. `vocab_size` includes the 4 special and 256 byte tokens.
+    `split_punctuation` keeps punctuation out of subwords (so "forty-two" is "forty", "-", "two").
     """
     tokenizer = Tokenizer(models.BPE(unk_token=UNK, byte_fallback=True))
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), *([normalizers.Lowercase()] if lowercase else [])])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    if split_punctuation:
+        # "forty-two" -> "forty", "-", "two": subwords never straddle punctuation
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([tokenizer.pre_tokenizer, pre_tokenizers.Punctuation()])
     tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(prepend_scheme="first")])
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

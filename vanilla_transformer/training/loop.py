@@ -213,6 +213,7 @@ class Trainer:
             initial=self.state.step,
             desc="training",
             disable=self.args.disable_progress_bar or not self.accelerator.is_main_process,
+            mininterval=1.0,
         )
         started, window_tokens, window_start = time.time(), 0, time.time()
         while self.state.step < self.args.max_steps and not self.out_of_time(started):
