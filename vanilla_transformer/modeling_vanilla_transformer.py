@@ -97,17 +97,16 @@ def check_inputs(input_ids, inputs_embeds, vocab_size: int, name: str) -> tuple[
     return tuple(inputs_embeds.shape[:2])
 
 
-class VanillaTransformerEncoder(nn.Module):
-    """N identical layers of self-attention and feed-forward over the source sentence."""
+class TransformerStack(nn.Module):
+    """What both stacks share: embeddings, rotary tables, N layers and, for Pre-LN, a final norm."""
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding, layer_class, heads, layers):
         super().__init__()
         self.config = config
         self.embeddings = TokenEmbedding(config, embed_tokens)
-        self.rotary = build_rotary(config, config.encoder_attention_heads)
+        self.rotary = build_rotary(config, heads)
         self.layers = nn.ModuleList(
-            VanillaTransformerEncoderLayer(config, i, rate)
-            for i, rate in enumerate(drop_path_rates(config, config.encoder_layers))
+            layer_class(config, i, rate) for i, rate in enumerate(drop_path_rates(config, layers))
         )
         # Pre-LN leaves the residual stream un-normalised, so the stack ends with a norm
         self.final_norm = build_norm(config) if config.norm_placement == "pre" else None
@@ -115,6 +114,26 @@ class VanillaTransformerEncoder(nn.Module):
     @property
     def embed_tokens(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
+
+    def rotary_tables(self, start: int, length: int, like: torch.Tensor):
+        return self.rotary(start, length, like.device, like.dtype) if self.rotary is not None else None
+
+    def final(self, hidden_states: torch.Tensor, all_hidden_states: tuple | None):
+        """The stack's output, and the collected hidden states ending with it."""
+        if self.final_norm is None:
+            return hidden_states, all_hidden_states
+        hidden_states = self.final_norm(hidden_states)
+        if all_hidden_states is not None:
+            all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        return hidden_states, all_hidden_states
+
+
+class VanillaTransformerEncoder(TransformerStack):
+    """N identical layers of self-attention and feed-forward over the source sentence."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        layers, heads = config.encoder_layers, config.encoder_attention_heads
+        super().__init__(config, embed_tokens, VanillaTransformerEncoderLayer, heads, layers)
 
     def forward(
         self,
@@ -128,7 +147,7 @@ class VanillaTransformerEncoder(nn.Module):
         shape = check_inputs(input_ids, inputs_embeds, self.config.vocab_size, "input_ids")
         check_mask(attention_mask, shape, "attention_mask")
         hidden_states = self.embeddings(input_ids, inputs_embeds, start=0)
-        rotary = self.rotary(0, shape[1], hidden_states.device, hidden_states.dtype) if self.rotary else None
+        rotary = self.rotary_tables(0, shape[1], hidden_states)
         mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -144,32 +163,18 @@ class VanillaTransformerEncoder(nn.Module):
                 all_hidden_states += (hidden_states,)
             if output_attentions:
                 all_attentions += (weights,)
-        if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        hidden_states, all_hidden_states = self.final(hidden_states, all_hidden_states)
         return BaseModelOutput(
             last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
         )
 
 
-class VanillaTransformerDecoder(nn.Module):
+class VanillaTransformerDecoder(TransformerStack):
     """N identical layers of masked self-attention, attention over the encoder output, and feed-forward."""
 
     def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embeddings = TokenEmbedding(config, embed_tokens)
-        self.rotary = build_rotary(config, config.decoder_attention_heads)
-        self.layers = nn.ModuleList(
-            VanillaTransformerDecoderLayer(config, i, rate)
-            for i, rate in enumerate(drop_path_rates(config, config.decoder_layers))
-        )
-        self.final_norm = build_norm(config) if config.norm_placement == "pre" else None
-
-    @property
-    def embed_tokens(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
+        layers, heads = config.decoder_layers, config.decoder_attention_heads
+        super().__init__(config, embed_tokens, VanillaTransformerDecoderLayer, heads, layers)
 
     def forward(
         self,
@@ -194,7 +199,7 @@ class VanillaTransformerDecoder(nn.Module):
         check_mask(attention_mask, (shape[0], past_length + shape[1]), "decoder_attention_mask")
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, start=past_length)
-        rotary = self.rotary(past_length, shape[1], hidden_states.device, hidden_states.dtype) if self.rotary else None
+        rotary = self.rotary_tables(past_length, shape[1], hidden_states)
         self_attention_cache = cache.self_attention_cache if cache is not None else None
         make_causal_mask = create_sliding_window_causal_mask if self.config.sliding_window else create_causal_mask
         causal_mask = make_causal_mask(
@@ -225,10 +230,7 @@ class VanillaTransformerDecoder(nn.Module):
             if output_attentions:
                 all_self_attentions += (self_weights,)
                 all_cross_attentions += (cross_weights,)
-        if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        hidden_states, all_hidden_states = self.final(hidden_states, all_hidden_states)
         return hidden_states, cache, all_hidden_states, all_self_attentions, all_cross_attentions
 
 
