@@ -112,6 +112,35 @@ def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_fo
     assert model.generate(**tokenizer(["seven"], return_tensors="pt"), max_new_tokens=3).shape[0] == 1
 
 
+def test_push_to_hub_publishes_the_output_folder_with_the_hub_options(corpus_folder, tmp_path, monkeypatch):
+    pushed = {}
+    monkeypatch.setattr(
+        "vanilla_transformer.hub.push_folder",
+        lambda folder, repo_id, **options: pushed.update(folder=folder, repo_id=repo_id, **options),
+    )
+    options = dict(
+        push_to_hub=True,
+        hub_repo_id="me/numbers",
+        hub_private=True,
+        hub_revision="v1",
+        hub_create_pr=True,
+        hub_token="hf_x",
+        max_steps=1,
+        save_steps=0,
+    )
+    Trainer(*tiny_arguments(corpus_folder, tmp_path / "run", **options)).run()
+    assert pushed == {
+        "folder": tmp_path / "run",
+        "repo_id": "me/numbers",
+        "private": True,
+        "revision": "v1",
+        "create_pr": True,
+        "token": "hf_x",
+    }
+    with pytest.raises(ValueError, match="--push_to_hub needs --hub_repo_id"):
+        Trainer(*tiny_arguments(corpus_folder, tmp_path / "other", push_to_hub=True))
+
+
 def test_average_weights_is_the_elementwise_mean(tmp_path):
     for step, value in ((1, 1.0), (2, 2.0), (3, 6.0)):
         (tmp_path / f"step-{step}").mkdir()

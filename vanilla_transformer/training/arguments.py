@@ -101,9 +101,12 @@ class TrainArguments:
     num_beams: int = 5
     max_new_tokens: int = 128
     eval_batch_size: int = 64
-    push_to_hub: bool = False
+    push_to_hub: bool = field(default=False, metadata={"help": "publish the output folder at the end"})
     hub_repo_id: str | None = None
     hub_private: bool = False
+    hub_revision: str | None = field(default=None, metadata={"help": "a branch to push to"})
+    hub_create_pr: bool = False
+    hub_token: str | None = field(default=None, metadata={"help": "default: HF_TOKEN or the stored login"})
     report_to: str = field(default="auto", metadata={"help": "auto (tensorboard when installed), tensorboard, none"})
     disable_progress_bar: bool = False
 

@@ -86,6 +86,8 @@ class Trainer:
 
     def __init__(self, model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None):
         self.model_args, self.data_args, self.args = model_args, data_args, train_args
+        if train_args.push_to_hub and not train_args.hub_repo_id:
+            raise ValueError("--push_to_hub needs --hub_repo_id USER/NAME")
         self.output_dir = Path(train_args.output_dir)
         self.checkpoint_root = self.output_dir / "checkpoints"
         tensorboard = wants_tensorboard(train_args.report_to)
@@ -287,7 +289,14 @@ class Trainer:
         if self.args.push_to_hub:
             from ..hub import push_folder
 
-            push_folder(self.output_dir, self.args.hub_repo_id, private=self.args.hub_private)
+            push_folder(
+                self.output_dir,
+                self.args.hub_repo_id,
+                private=self.args.hub_private,
+                revision=self.args.hub_revision,
+                create_pr=self.args.hub_create_pr,
+                token=self.args.hub_token,
+            )
 
     def write_model_card(self, model, results: dict) -> None:
         try:
