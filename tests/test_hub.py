@@ -30,6 +30,8 @@ CODE_FILES = {
     "feed_forward.py",
     "residual.py",
     "layers.py",
+    "dropout.py",
+    "loss.py",
 }
 MODEL_FILES = {
     "model.safetensors",

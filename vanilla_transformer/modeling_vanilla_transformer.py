@@ -18,7 +18,9 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2
 
 from .attention import VanillaTransformerAttention
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .dropout import Dropout
 from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
+from .loss import label_smoothed_cross_entropy
 from .positions import build_absolute_positions, build_rotary, embedding_scale
 from .residual import build_norm
 
@@ -57,7 +59,7 @@ class TokenEmbedding(nn.Module):
         self.embed_tokens = embed_tokens
         self.scale = embedding_scale(config)
         self.positions = build_absolute_positions(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, start: int) -> torch.Tensor:
         if inputs_embeds is None:
@@ -430,12 +432,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         With gradient accumulation, Trainer passes the token count of the whole accumulated batch as
         `num_items_in_batch`, so the summed loss is divided by it and micro-batches add up exactly.
         """
-        summed = nn.functional.cross_entropy(
+        summed = label_smoothed_cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]),
             labels.reshape(-1).to(logits.device),
-            ignore_index=-100,
-            reduction="sum",
-            label_smoothing=self.config.label_smoothing,
+            smoothing=self.config.label_smoothing,
         )
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum()

