@@ -85,6 +85,13 @@ class TrainArguments:
         default=None, metadata={"help": "peak learning rate; default d_model^-0.5 * warmup_steps^-0.5 (the paper)"}
     )
     warmup_steps: int = 4000
+    lr_scheduler_type: str = field(
+        default="inverse_sqrt",
+        metadata={
+            "help": "inverse_sqrt (the paper), linear or cosine (decay to 0 at max_steps), or constant_with_warmup",
+            "choices": ["inverse_sqrt", "linear", "cosine", "constant_with_warmup"],
+        },
+    )
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
@@ -109,6 +116,11 @@ class TrainArguments:
     hub_token: str | None = field(default=None, metadata={"help": "default: HF_TOKEN or the stored login"})
     report_to: str = field(default="auto", metadata={"help": "auto (tensorboard when installed), tensorboard, none"})
     disable_progress_bar: bool = False
+
+    def __post_init__(self):
+        allowed = ("inverse_sqrt", "linear", "cosine", "constant_with_warmup")
+        if self.lr_scheduler_type not in allowed:
+            raise ValueError(f"lr_scheduler_type={self.lr_scheduler_type!r} is not one of {', '.join(allowed)}")
 
     def peak_learning_rate(self, d_model: int) -> float:
         if self.learning_rate is not None:

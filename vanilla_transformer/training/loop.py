@@ -13,7 +13,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
-from transformers import GenerationConfig, get_inverse_sqrt_schedule
+from transformers import GenerationConfig, get_scheduler
 
 from ..data import seq2seq_collator, sequence_lengths, token_budget_batches
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -111,7 +111,12 @@ class Trainer:
             eps=train_args.adam_epsilon,
             weight_decay=train_args.weight_decay,
         )
-        scheduler = get_inverse_sqrt_schedule(optimizer, num_warmup_steps=train_args.warmup_steps)
+        scheduler = get_scheduler(
+            train_args.lr_scheduler_type,
+            optimizer,
+            num_warmup_steps=train_args.warmup_steps,
+            num_training_steps=train_args.max_steps,
+        )
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
         self.state = TrainingState()
         self.accelerator.register_for_checkpointing(self.state)
@@ -188,8 +193,10 @@ class Trainer:
         if self.accelerator.is_main_process:
             metrics = self.evaluate(self.corpus.validation, self.data_args.max_eval_samples)
             self.state.history.append({"step": self.state.step, **metrics})
-            if metrics["bleu"] > self.state.best_bleu:
-                self.state.best_bleu, self.state.best_step = metrics["bleu"], self.state.step
+            # on lowercased training text, cased BLEU would mostly measure capitalisation
+            score = metrics["bleu_lowercased" if self.data_args.lowercase else "bleu"]
+            if score > self.state.best_bleu:
+                self.state.best_bleu, self.state.best_step = score, self.state.step
                 self.unwrapped.save_pretrained(self.output_dir / "best")
         self.accelerator.wait_for_everyone()
         return metrics
