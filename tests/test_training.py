@@ -85,6 +85,16 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(corpus_folder
     assert not torch.equal(first_checkpoint["model.shared.weight"], straight["model.shared.weight"])
 
 
+def test_linear_schedule_decays_to_zero_at_max_steps_and_unknown_schedules_are_refused(corpus_folder, tmp_path):
+    trainer = Trainer(*tiny_arguments(corpus_folder, tmp_path, lr_scheduler_type="linear", save_steps=0))
+    peak = trainer.optimizer.param_groups[0]["initial_lr"]
+    trainer.run()
+    # warm-up over 2 steps, then linear decay over the remaining 2: 0 after step 4 (inverse_sqrt never is)
+    assert peak > 0 and trainer.scheduler.get_last_lr()[0] == 0.0
+    with pytest.raises(ValueError, match=r"lr_scheduler_type='cosine_restarts' is not one of inverse_sqrt"):
+        TrainArguments(lr_scheduler_type="cosine_restarts")
+
+
 def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_folder, tmp_path):
     output = tmp_path / "run"
     Trainer(*tiny_arguments(corpus_folder, output, num_beams=2, average_last_checkpoints=2)).run()

@@ -426,6 +426,19 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             if isinstance(cache, EncoderDecoderCache) and self.config.sliding_window:
                 model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, DynamicCache())
 
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search: the surviving beams take over the self-attention keys/values of the beams they extend.
+
+        The cross-attention cache is left as it is: beam search only picks among the beams of the same sentence,
+        whose cross-attention keys/values are identical copies of that sentence's source, so reordering them would
+        copy every layer's source keys/values at every step for nothing.
+        """
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            cache.reorder_cache(beam_idx)
+        return cache
+
     def loss_function(self, logits, labels, num_items_in_batch=None, **kwargs) -> torch.Tensor:
         """Label-smoothed cross-entropy over the target tokens (-100 is ignored), averaged per token.
 
