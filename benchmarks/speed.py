@@ -1,0 +1,730 @@
+"""Speed and memory of vanilla_transformer against transformers' MarianMTModel at the same size.
+
+Both models are built in one process with the same shape (post-LN, sinusoidal positions, ReLU, tied
+embeddings, sqrt(d_model)-scaled embeddings) and measured in alternating pairs, so that drift of the machine
+(frequency, other load) hits both alike; each figure is the median over the pairs, and each ratio the
+median of the per-pair ratios. Measured:
+
+  * training tokens/s: forward + backward + AdamW step, source + target tokens counted;
+  * generate() new tokens/s: exactly --new-tokens per sentence (min_new_tokens = max_new_tokens), greedy
+    and beam search, under eval() and torch.inference_mode();
+  * peak memory of each phase above the built model: on CPU the peak RSS increase in a fresh process per
+    (model, phase); on CUDA torch.cuda.max_memory_allocated.
+
+With --ct2, CTranslate2's translate_batch on the same random-weight Marian (float32 and int8) is added.
+
+    python benchmarks/speed.py                      # defaults: about 3 minutes on 2 idle CPU cores
+    python benchmarks/speed.py --ct2 --json speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import importlib.util
+import json
+import multiprocessing
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+DECODER_START_ID = BOS_ID
+FIRST_WORD_ID = 4  # random sentences use ids from here on (3 is <unk>): never a special token
+LEARNING_RATE = 1e-4
+MEMORY_TRAIN_STEPS = 2  # the first step allocates AdamW's state, the second runs with it in place
+
+MODEL_NAMES = ("ours", "marian")
+MODEL_LABELS = {"ours": "vanilla_transformer", "marian": "Marian (HF)"}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+MIB = 2**20
+
+
+# ----------------------------------------------------------------------------------------------- arguments
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=description or __doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    size = parser.add_argument_group("model size (both models)")
+    size.add_argument("--vocab", type=int, default=8000, help="joint vocabulary size")
+    size.add_argument("--d-model", type=int, default=256)
+    size.add_argument("--layers", type=int, default=3, help="layers of the encoder and of the decoder each")
+    size.add_argument("--heads", type=int, default=4)
+    size.add_argument("--ffn", type=int, default=1024, help="inner width of the feed-forward networks")
+    size.add_argument("--dropout", type=float, default=0.1, help="dropout while training")
+
+    work = parser.add_argument_group("workload")
+    work.add_argument("--batch", type=int, default=64, help="training sentences per step")
+    work.add_argument("--src-len", type=int, default=20, help="source tokens per sentence")
+    work.add_argument("--tgt-len", type=int, default=20, help="target tokens per training sentence")
+    work.add_argument("--train-steps", type=int, default=3, help="training steps per timed measurement")
+    work.add_argument("--gen-batch", type=int, default=32, help="sentences per generate() call")
+    work.add_argument("--gen-calls", type=int, default=2, help="generate() calls per timed measurement")
+    work.add_argument("--new-tokens", type=int, default=30, help="tokens generated per sentence, exactly")
+    work.add_argument("--beams", type=int, default=5, help="beam size of the beam-search measurement")
+
+    method = parser.add_argument_group("method")
+    method.add_argument("--pairs", type=int, default=7, help="alternating measurement pairs (median taken)")
+    method.add_argument("--warmup", type=int, default=2, help="untimed runs of each measurement first")
+    method.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
+    method.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    method.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    method.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa", help="attention implementation")
+    method.add_argument("--seed", type=int, default=0)
+    method.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
+    method.add_argument("--ct2", action="store_true", help="add CTranslate2 translate_batch (float32, int8)")
+    method.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    return parser
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+
+# ------------------------------------------------------------------------------------------------- models
+
+
+def build_ours(args: argparse.Namespace) -> torch.nn.Module:
+    config = VanillaTransformerConfig(
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        encoder_layers=args.layers,
+        decoder_layers=args.layers,
+        encoder_attention_heads=args.heads,
+        decoder_attention_heads=args.heads,
+        encoder_ffn_dim=args.ffn,
+        decoder_ffn_dim=args.ffn,
+        activation_function="relu",
+        dropout=args.dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        norm_placement="post",
+        position_embedding_type="sinusoidal",
+        max_position_embeddings=max_positions(args),
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=DECODER_START_ID,
+    )
+    return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=args.attn)
+
+
+def build_marian(args: argparse.Namespace) -> torch.nn.Module:
+    config = MarianConfig(
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        encoder_layers=args.layers,
+        decoder_layers=args.layers,
+        encoder_attention_heads=args.heads,
+        decoder_attention_heads=args.heads,
+        encoder_ffn_dim=args.ffn,
+        decoder_ffn_dim=args.ffn,
+        activation_function="relu",
+        dropout=args.dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=max_positions(args),
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        forced_eos_token_id=None,
+        decoder_start_token_id=DECODER_START_ID,
+    )
+    return MarianMTModel._from_config(config, attn_implementation=args.attn)
+
+
+MODEL_BUILDERS: dict[str, Callable[[argparse.Namespace], torch.nn.Module]] = {
+    "ours": build_ours,
+    "marian": build_marian,
+}
+
+
+def max_positions(args: argparse.Namespace) -> int:
+    """Marian's sinusoidal table has this many rows; it must cover sources, targets and generated tokens."""
+    return max(512, args.src_len, args.tgt_len, args.new_tokens + 1)
+
+
+def build_model(name: str, args: argparse.Namespace) -> torch.nn.Module:
+    torch.manual_seed(args.seed)
+    model = MODEL_BUILDERS[name](args)
+    return model.to(device=args.device, dtype=DTYPES[args.dtype])
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Trainable parameters (Marian's fixed sinusoidal table is a frozen parameter: not counted)."""
+    return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+
+
+# ----------------------------------------------------------------------------------------------- workload
+
+
+@dataclass
+class Workload:
+    train_batch: dict[str, torch.Tensor]
+    gen_inputs: dict[str, torch.Tensor]
+
+    def train_tokens(self) -> int:
+        return self.train_batch["input_ids"].numel() + self.train_batch["labels"].numel()
+
+
+def make_workload(args: argparse.Namespace) -> Workload:
+    generator = torch.Generator().manual_seed(args.seed)
+
+    def sentences(rows: int, length: int) -> torch.Tensor:
+        return torch.randint(FIRST_WORD_ID, args.vocab, (rows, length), generator=generator).to(args.device)
+
+    source = sentences(args.batch, args.src_len)
+    gen_source = sentences(args.gen_batch, args.src_len)
+    return Workload(
+        train_batch={
+            "input_ids": source,
+            "attention_mask": torch.ones_like(source),
+            "labels": sentences(args.batch, args.tgt_len),
+        },
+        gen_inputs={"input_ids": gen_source, "attention_mask": torch.ones_like(gen_source)},
+    )
+
+
+def generation_config(args: argparse.Namespace, num_beams: int) -> GenerationConfig:
+    """Exactly `new_tokens` per sentence: EOS is masked until then and the length limit stops it there."""
+    return GenerationConfig(
+        max_new_tokens=args.new_tokens,
+        min_new_tokens=args.new_tokens,
+        num_beams=num_beams,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=DECODER_START_ID,
+        forced_eos_token_id=None,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ phases
+
+
+def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+
+
+def train_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, steps: int) -> None:
+    model.train()
+    for _ in range(steps):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def generate(model: torch.nn.Module, inputs: dict, config: GenerationConfig) -> None:
+    model.eval()
+    with torch.inference_mode():
+        sequences = model.generate(**inputs, generation_config=config)
+    # the decoder start token plus exactly the requested tokens
+    if sequences.shape[1] - 1 != config.max_new_tokens:
+        raise RuntimeError(f"generate() made {sequences.shape[1] - 1} tokens, not {config.max_new_tokens}")
+
+
+# ------------------------------------------------------------------------------------------------- timing
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def throughput(work: Callable[[], None], units: int, device: str) -> float:
+    """Units per second of one call of `work`."""
+    synchronize(device)
+    start = time.perf_counter()
+    work()
+    synchronize(device)
+    return units / (time.perf_counter() - start)
+
+
+def training_measurement(model, workload: Workload, args) -> Callable[[], float]:
+    """A callable that times `train_steps` training steps of `model` and returns tokens/s."""
+    optimizer = make_optimizer(model)
+    work = repeated(lambda: train_steps(model, optimizer, workload.train_batch, 1), args.train_steps)
+    return lambda: throughput(work, args.train_steps * workload.train_tokens(), args.device)
+
+
+def generation_measurement(model, workload: Workload, args, num_beams: int) -> Callable[[], float]:
+    """A callable that times `gen_calls` generate() calls of `model` and returns new tokens/s."""
+    config = generation_config(args, num_beams)
+    work = repeated(lambda: generate(model, workload.gen_inputs, config), args.gen_calls)
+    return lambda: throughput(work, generated_tokens(args), args.device)
+
+
+def generated_tokens(args: argparse.Namespace) -> int:
+    """New tokens of one generation measurement: `gen_calls` calls of `gen_batch` x `new_tokens`."""
+    return args.gen_calls * args.gen_batch * args.new_tokens
+
+
+def repeated(work: Callable[[], None], times: int) -> Callable[[], None]:
+    """`work` run `times` times in a row, as one callable."""
+
+    def run() -> None:
+        for _ in range(times):
+            work()
+
+    return run
+
+
+def alternate(measurements: dict[str, Callable[[], float]], pairs: int, warmup: int, title: str) -> dict:
+    """Warm each candidate up, then time them in turn `pairs` times, rotating who goes first."""
+    names = list(measurements)
+    started = time.perf_counter()
+    for name in names:
+        for _ in range(warmup):
+            measurements[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(pairs):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(measurements[name]())
+        figures = ", ".join(f"{name} {samples[name][-1]:,.0f}" for name in names)
+        log(f"{title}: pair {index + 1}/{pairs}: {figures}")
+    log(f"{title}: {time.perf_counter() - started:.0f} s")
+    return samples
+
+
+# ------------------------------------------------------------------------------------------------- memory
+
+
+def current_rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def reset_peak_rss() -> None:
+    """Linux >= 4.0: writing 5 to clear_refs resets the peak RSS (VmHWM, ru_maxrss) to the current RSS."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def release_free_memory() -> None:
+    """Hand the memory that glibc's malloc keeps in its free lists back to the OS, so RSS counts live memory."""
+    gc.collect()
+    # not glibc (no libc.so.6 or no malloc_trim): RSS then also counts freed memory the allocator kept
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class PeakMemory:
+    """Peak memory above the level at entry: RSS on CPU, the caching allocator's allocations on CUDA."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.increase = 0
+
+    def __enter__(self) -> PeakMemory:
+        if self.device == "cuda":
+            gc.collect()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            release_free_memory()
+            reset_peak_rss()
+            self.base = current_rss()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self.increase = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.increase = peak_rss() - self.base
+
+
+def phase_runner(model: torch.nn.Module, workload: Workload, args: argparse.Namespace, phase: str) -> Callable:
+    """One run of a phase: `MEMORY_TRAIN_STEPS` steps with a fresh AdamW (its state is counted), or one generate()."""
+    if phase == "train":
+        return lambda: train_steps(model, make_optimizer(model), workload.train_batch, MEMORY_TRAIN_STEPS)
+    config = generation_config(args, 1 if phase == "greedy" else args.beams)
+    return lambda: generate(model, workload.gen_inputs, config)
+
+
+def phase_memory(args: argparse.Namespace, name: str, phase: str) -> int:
+    """Bytes that one phase (train / greedy / beam) of model `name` needs on top of the built model.
+
+    The phase runs once untimed first: one-time allocations (allocator arenas, oneDNN/MKL buffers, lazily built
+    tables) would otherwise dominate the small generation figures and differ from run to run by ~10 MiB.
+    """
+    apply_threads(args)
+    model = build_model(name, args)
+    run = phase_runner(model, make_workload(args), args, phase)
+    run()
+    with PeakMemory(args.device) as peak:
+        run()
+    return peak.increase
+
+
+def measure_memory(args: argparse.Namespace) -> dict[str, dict[str, int]]:
+    """{phase: {model: bytes}}; on CPU each (model, phase) runs in a fresh process so RSS starts clean."""
+    jobs = [(args, name, phase) for phase in ("train", "greedy", "beam") for name in MODEL_NAMES]
+    if args.device == "cuda":
+        results = [phase_memory(*job) for job in jobs]
+    else:
+        if not Path("/proc/self/clear_refs").exists():
+            raise RuntimeError("peak-RSS measurement needs Linux /proc; run with --skip-memory")
+        # fresh processes (maxtasksperchild=1); two at a time only to halve the ~10 s import of each
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(processes=min(2, os.cpu_count() or 1), maxtasksperchild=1) as pool:
+            results = pool.starmap(phase_memory, jobs)
+    memory: dict[str, dict[str, int]] = {}
+    for (_, name, phase), increase in zip(jobs, results, strict=True):
+        memory.setdefault(phase, {})[name] = increase
+    return memory
+
+
+# ---------------------------------------------------------------------------------------------- CTranslate2
+
+
+def ct2_vocabulary(vocab_size: int) -> list[str]:
+    """Token names by id. The last one is "<pad>" because CTranslate2's Marian loader always drops the last
+    embedding row (Marian's own pad) and pops the vocabulary's last token only when it is named "<pad>"."""
+    words = [f"w{index}" for index in range(FIRST_WORD_ID, vocab_size - 1)]
+    return ["<blank>", "<s>", "</s>", "<unk>", *words, "<pad>"]
+
+
+def save_marian_with_tokenizer(model: torch.nn.Module, vocabulary: list[str], directory: str) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(WordLevel({token: index for index, token in enumerate(vocabulary)}, unk_token="<unk>"))
+    backend.pre_tokenizer = WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<blank>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    model.to("cpu", torch.float32).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def build_ct2_translators(args: argparse.Namespace) -> dict[str, object]:
+    """{"ct2 float32": Translator, "ct2 int8": Translator} of the same random-weight Marian as `build_marian`."""
+    import ctranslate2
+
+    transformers.utils.logging.disable_progress_bar()
+    marian = build_model("marian", args).eval()
+    with tempfile.TemporaryDirectory() as hf_dir, tempfile.TemporaryDirectory() as ct2_dir:
+        save_marian_with_tokenizer(marian, ct2_vocabulary(args.vocab), hf_dir)
+        ctranslate2.converters.TransformersConverter(hf_dir).convert(ct2_dir, force=True)
+        # int8 is quantised from the float32 files when loading
+        return {
+            f"ct2 {compute_type}": ctranslate2.Translator(
+                ct2_dir,
+                device=args.device,
+                compute_type=compute_type,
+                inter_threads=1,
+                intra_threads=args.threads or torch.get_num_threads(),
+            )
+            for compute_type in ("float32", "int8")
+        }
+
+
+def ct2_translate(translator, source: list[list[str]], args: argparse.Namespace, beam_size: int) -> None:
+    results = translator.translate_batch(
+        source,
+        beam_size=beam_size,
+        max_batch_size=len(source),
+        min_decoding_length=args.new_tokens,
+        max_decoding_length=args.new_tokens,
+    )
+    lengths = {len(result.hypotheses[0]) for result in results}
+    if lengths != {args.new_tokens}:
+        raise RuntimeError(f"CTranslate2 made {sorted(lengths)} tokens, not {args.new_tokens}")
+
+
+def ct2_measurement(translator, source: list[list[str]], args: argparse.Namespace, beams: int) -> Callable[[], float]:
+    """A callable that times `gen_calls` translate_batch() calls and returns new tokens/s."""
+    work = repeated(lambda: ct2_translate(translator, source, args, beams), args.gen_calls)
+    return lambda: throughput(work, generated_tokens(args), "cpu")
+
+
+def ct2_measurements(args, workload: Workload) -> tuple[dict[str, dict[str, Callable[[], float]]], str]:
+    """{"greedy"/"beam": {translator name: measurement}} and a note for the report."""
+    if importlib.util.find_spec("ctranslate2") is None:
+        return {}, "CTranslate2 is not installed (`pip install ctranslate2`): no CTranslate2 rows."
+    try:
+        translators = build_ct2_translators(args)
+    except Exception as error:  # noqa: BLE001 - the reference rows are optional, the report says why
+        return {}, f"CTranslate2 could not convert the random-weight Marian: {type(error).__name__}: {error}"
+    vocabulary = ct2_vocabulary(args.vocab)
+    source = [[vocabulary[i] for i in row] for row in workload.gen_inputs["input_ids"].tolist()]
+    measurements = {
+        phase: {name: ct2_measurement(translator, source, args, beams) for name, translator in translators.items()}
+        for phase, beams in (("greedy", 1), ("beam", args.beams))
+    }
+    note = (
+        "CTranslate2 runs the same random-weight Marian, converted with TransformersConverter (its Marian loader "
+        f"drops the last vocabulary row, so it has {args.vocab - 1} tokens, and starts the decoder from a zero "
+        "embedding, as Marian does); int8 is quantised on load."
+    )
+    return measurements, note
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class Row:
+    """One measured quantity: samples per candidate (aligned by pair) and how to read it."""
+
+    label: str
+    unit: str
+    higher_is_better: bool
+    samples: dict[str, list[float]]
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.samples[name])
+
+    def pair_ratios(self, numerator: str = "ours", denominator: str = "marian") -> list[float]:
+        return [a / b for a, b in zip(self.samples[numerator], self.samples[denominator], strict=True)]
+
+    def ratio(self) -> float:
+        """Median of the per-pair ratios ours / Marian: drift that hits both members of a pair cancels."""
+        return statistics.median(self.pair_ratios())
+
+    def ratio_cell(self) -> str:
+        """The median ratio, with the range of the per-pair ratios when there are several pairs."""
+        ratios = self.pair_ratios()
+        spread = f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
+        return f"{self.ratio():.2f}{spread} ({'higher' if self.higher_is_better else 'lower'} is better)"
+
+
+@dataclass
+class Report:
+    args: argparse.Namespace
+    machine: dict[str, str]
+    parameters: dict[str, int]
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def machine_description(args: argparse.Namespace) -> dict[str, str]:
+    description = {
+        "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model_name(),
+        "cpu_count": str(os.cpu_count()),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": str(torch.get_num_threads()),
+        "python": platform.python_version(),
+        "load_average_at_start": load_average(),
+    }
+    if args.device == "cuda":
+        description["gpu"] = torch.cuda.get_device_name()
+    return description
+
+
+def load_average() -> str:
+    """1-minute load average: above the thread count means something else competed for the cores."""
+    return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def format_value(value: float, unit: str) -> str:
+    if unit == "MiB":
+        return f"{value / MIB:,.1f}"
+    if unit == "%":
+        return f"{value:.1f}"
+    return f"{value:,.0f}"
+
+
+def render_markdown(report: Report) -> str:
+    args, machine = report.args, report.machine
+    candidates = [
+        name for name in (*MODEL_NAMES, "ct2 float32", "ct2 int8") if any(name in row.samples for row in report.rows)
+    ]
+    headers = [
+        "Measurement",
+        *(MODEL_LABELS.get(name, name.replace("ct2", "CTranslate2")) for name in candidates),
+        "ours / Marian",
+    ]
+    lines = [
+        f"### vanilla_transformer vs MarianMTModel ({args.device}, {args.dtype})",
+        "",
+        f"- Date: {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Machine: {machine['processor']} ({machine['cpu_model']}), {machine['cpu_count']} CPUs"
+        + (f", {machine['gpu']}" if "gpu" in machine else "")
+        + f", torch {machine['torch']}, transformers {machine['transformers']}, {machine['threads']} threads; "
+        f"1-min load average {machine['load_average_at_start']} at start, {machine['load_average_at_end']} at end",
+        f"- Command: `{command_line()}`",
+        f"- Size: vocab {args.vocab}, d_model {args.d_model}, {args.layers}+{args.layers} layers, {args.heads} heads, "
+        f"FFN {args.ffn}, post-LN, sinusoidal, ReLU, tied embeddings, {args.attn} attention; parameters: "
+        + ", ".join(f"{MODEL_LABELS[name]} {count:,}" for name, count in report.parameters.items()),
+        f"- Method: median of {args.pairs} alternating pairs after {args.warmup} warm-up runs; ratio = median of "
+        "per-pair ratios [lowest-highest pair]. Training: batch "
+        f"{args.batch} x ({args.src_len} + {args.tgt_len}) tokens, dropout {args.dropout}, forward + backward + "
+        f"AdamW, source + target tokens counted, {args.train_steps} steps per measurement. Generation: "
+        f"{args.gen_batch} x {args.src_len} source tokens -> exactly {args.new_tokens} new tokens each, "
+        f"{args.gen_calls} calls per measurement.",
+        "",
+        "| " + " | ".join(headers) + " |",
+        "|" + "---|" + "---:|" * (len(headers) - 1),
+    ]
+    for row in report.rows:
+        cells = [format_value(row.median(name), row.unit) if name in row.samples else "" for name in candidates]
+        lines.append(f"| {row.label} ({row.unit}) | " + " | ".join(cells) + f" | {row.ratio_cell()} |")
+    lines += ["", *(f"- {note}" for note in report.notes)]
+    return "\n".join(lines)
+
+
+def command_line() -> str:
+    return " ".join(shlex.quote(part) for part in ["python", *sys.argv])
+
+
+def report_json(report: Report) -> dict:
+    return {
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": command_line(),
+        "machine": report.machine,
+        "arguments": {
+            key: (str(value) if isinstance(value, Path) else value) for key, value in vars(report.args).items()
+        },
+        "parameters": report.parameters,
+        "rows": [
+            {
+                **asdict(row),
+                "median": {name: row.median(name) for name in row.samples},
+                "ours_over_marian": row.ratio(),
+                "ours_over_marian_per_pair": row.pair_ratios(),
+            }
+            for row in report.rows
+        ],
+        "notes": report.notes,
+    }
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -------------------------------------------------------------------------------------------------- main
+
+
+def speed_rows(
+    args: argparse.Namespace, models: dict[str, torch.nn.Module], workload: Workload
+) -> tuple[list[Row], list[str]]:
+    """Training and generation rows (with CTranslate2 beside generation under --ct2), and notes."""
+    training = {name: training_measurement(model, workload, args) for name, model in models.items()}
+    rows = [Row("Training", "tokens/s", True, alternate(training, args.pairs, args.warmup, "training"))]
+    references, note = ct2_measurements(args, workload) if args.ct2 else ({}, None)
+    for phase, beams, label in (("greedy", 1, "Greedy generate"), ("beam", args.beams, f"Beam {args.beams} generate")):
+        measurements = {name: generation_measurement(model, workload, args, beams) for name, model in models.items()}
+        measurements.update(references.get(phase, {}))
+        rows.append(Row(label, "new tokens/s", True, alternate(measurements, args.pairs, args.warmup, phase)))
+    return rows, [note] if note else []
+
+
+def memory_rows(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
+    """Peak-memory rows of the three phases, and a note on how they were measured."""
+    log("peak memory: one fresh process per (model, phase) ...")
+    memory = measure_memory(args)
+    labels = {
+        "train": "Peak memory, training step",
+        "greedy": "Peak memory, greedy",
+        "beam": f"Peak memory, beam {args.beams}",
+    }
+    rows = [
+        Row(label, "MiB", False, {name: [value] for name, value in memory[phase].items()})
+        for phase, label in labels.items()
+    ]
+    where = (
+        "RSS increase, in a fresh process per (model, phase)"
+        if args.device == "cpu"
+        else "increase of torch.cuda.max_memory_allocated"
+    )
+    note = (
+        f"Peak memory is the {where}, above the built model (weights excluded), measured on the second run of "
+        f"the phase (the first one is a warm-up): training = {MEMORY_TRAIN_STEPS} steps with a fresh AdamW (its "
+        "state included), generation = one call. Lower is better."
+    )
+    return rows, [note]
+
+
+def run_benchmark(args: argparse.Namespace) -> Report:
+    apply_threads(args)
+    models = {name: build_model(name, args) for name in MODEL_NAMES}
+    report = Report(args, machine_description(args), {name: count_parameters(m) for name, m in models.items()})
+    log(f"parameters: {report.parameters}; threads {torch.get_num_threads()}")
+    rows, notes = speed_rows(args, models, make_workload(args))
+    report.rows += rows
+    report.notes += notes
+    del models
+    gc.collect()
+    report.machine["load_average_at_end"] = load_average()  # before the memory processes, which run two at a time
+    if not args.skip_memory:
+        rows, notes = memory_rows(args)
+        report.rows += rows
+        report.notes += notes
+    return report
+
+
+def publish(report: Report) -> None:
+    """Print the Markdown table and, with --json, write the results."""
+    print(render_markdown(report))
+    if report.args.json:
+        report.args.json.write_text(json.dumps(report_json(report), indent=2) + "\n")
+        log(f"wrote {report.args.json}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda was asked for, but torch.cuda.is_available() is False.")
+    started = time.perf_counter()
+    publish(run_benchmark(args))
+    log(f"total time {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""The speed benchmark runs end to end at a toy size and reports what it measured."""
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOY_SIZE = [
+    "--vocab", "60", "--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32",
+    "--batch", "4", "--src-len", "5", "--tgt-len", "6", "--gen-batch", "3", "--new-tokens", "4",
+    "--train-steps", "1", "--gen-calls", "1", "--pairs", "2", "--warmup", "0", "--threads", "1",
+]  # fmt: skip
+
+
+def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
+    report = tmp_path / "speed.json"
+    completed = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "speed.py"), *TOY_SIZE, "--skip-memory", "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    table = [line for line in completed.stdout.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in table[1:]] == [
+        "| Training (tokens/s)",
+        "| Greedy generate (new tokens/s)",
+        "| Beam 5 generate (new tokens/s)",
+    ]
+    results = json.loads(report.read_text())
+    for row in results["rows"]:
+        assert len(row["samples"]["ours"]) == len(row["samples"]["marian"]) == 2
+        ratios = [a / b for a, b in zip(row["samples"]["ours"], row["samples"]["marian"], strict=True)]
+        assert row["ours_over_marian"] == pytest.approx(statistics.median(ratios))
+        assert all(value > 0 for values in row["samples"].values() for value in values)
+
+
+def test_peak_memory_of_a_phase_counts_what_the_phase_allocates():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import speed
+
+    args = speed.build_parser().parse_args(TOY_SIZE)
+    small = speed.phase_memory(args, "ours", "train")
+    args = speed.build_parser().parse_args([*TOY_SIZE, "--batch", "512", "--src-len", "64", "--tgt-len", "64"])
+    large = speed.phase_memory(args, "ours", "train")
+    # 512 x 64 target tokens x 60 logits alone are 7.5 MiB in float32, kept for the backward pass
+    assert large > small + 5 * 2**20
