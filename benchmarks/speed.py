@@ -104,8 +104,9 @@ def apply_threads(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------------------- models
 
 
-def build_ours(args: argparse.Namespace) -> torch.nn.Module:
-    config = VanillaTransformerConfig(
+def shared_config_fields(args: argparse.Namespace) -> dict:
+    """The size and shape both configs take, written once so that the two models cannot drift apart."""
+    return dict(
         vocab_size=args.vocab,
         d_model=args.d_model,
         encoder_layers=args.layers,
@@ -118,8 +119,6 @@ def build_ours(args: argparse.Namespace) -> torch.nn.Module:
         dropout=args.dropout,
         attention_dropout=0.0,
         activation_dropout=0.0,
-        norm_placement="post",
-        position_embedding_type="sinusoidal",
         max_position_embeddings=max_positions(args),
         scale_embedding=True,
         share_encoder_decoder_embeddings=True,
@@ -128,34 +127,19 @@ def build_ours(args: argparse.Namespace) -> torch.nn.Module:
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
         decoder_start_token_id=DECODER_START_ID,
+    )
+
+
+def build_ours(args: argparse.Namespace) -> torch.nn.Module:
+    config = VanillaTransformerConfig(
+        **shared_config_fields(args), norm_placement="post", position_embedding_type="sinusoidal"
     )
     return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=args.attn)
 
 
 def build_marian(args: argparse.Namespace) -> torch.nn.Module:
-    config = MarianConfig(
-        vocab_size=args.vocab,
-        d_model=args.d_model,
-        encoder_layers=args.layers,
-        decoder_layers=args.layers,
-        encoder_attention_heads=args.heads,
-        decoder_attention_heads=args.heads,
-        encoder_ffn_dim=args.ffn,
-        decoder_ffn_dim=args.ffn,
-        activation_function="relu",
-        dropout=args.dropout,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_position_embeddings=max_positions(args),
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        forced_eos_token_id=None,
-        decoder_start_token_id=DECODER_START_ID,
-    )
+    # Marian is post-LN with sinusoidal positions by construction
+    config = MarianConfig(**shared_config_fields(args), forced_eos_token_id=None)
     return MarianMTModel._from_config(config, attn_implementation=args.attn)
 
 

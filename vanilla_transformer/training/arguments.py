@@ -71,6 +71,10 @@ class DataArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "translate at most this many for BLEU"})
 
 
+# the names transformers.get_scheduler knows that need no arguments beyond the step counts
+LR_SCHEDULER_TYPES = ("inverse_sqrt", "linear", "cosine", "constant_with_warmup")
+
+
 @dataclass
 class TrainArguments:
     output_dir: str = "outputs/model"
@@ -89,7 +93,7 @@ class TrainArguments:
         default="inverse_sqrt",
         metadata={
             "help": "inverse_sqrt (the paper), linear or cosine (decay to 0 at max_steps), or constant_with_warmup",
-            "choices": ["inverse_sqrt", "linear", "cosine", "constant_with_warmup"],
+            "choices": list(LR_SCHEDULER_TYPES),
         },
     )
     adam_beta1: float = 0.9
@@ -118,9 +122,10 @@ class TrainArguments:
     disable_progress_bar: bool = False
 
     def __post_init__(self):
-        allowed = ("inverse_sqrt", "linear", "cosine", "constant_with_warmup")
-        if self.lr_scheduler_type not in allowed:
-            raise ValueError(f"lr_scheduler_type={self.lr_scheduler_type!r} is not one of {', '.join(allowed)}")
+        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
+            raise ValueError(
+                f"lr_scheduler_type={self.lr_scheduler_type!r} is not one of {', '.join(LR_SCHEDULER_TYPES)}"
+            )
 
     def peak_learning_rate(self, d_model: int) -> float:
         if self.learning_rate is not None:
