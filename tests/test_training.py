@@ -122,6 +122,20 @@ def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_fo
     assert model.generate(**tokenizer(["seven"], return_tensors="pt"), max_new_tokens=3).shape[0] == 1
 
 
+def test_best_checkpoint_folder_is_complete_and_holds_the_weights_of_the_best_step(corpus_folder, tmp_path):
+    output = tmp_path / "run"
+    results = Trainer(*tiny_arguments(corpus_folder, output, num_beams=2, eval_steps=2)).run()
+    best = output / "best"
+    model = AutoModelForSeq2SeqLM.from_pretrained(best)
+    tokenizer = AutoTokenizer.from_pretrained(best)
+    assert model.generation_config.num_beams == 2 and model.generation_config.max_new_tokens == 8
+    assert results["best_step"] in (2, 4)
+    kept = load_file(output / "checkpoints" / f"step-{results['best_step']}" / "model.safetensors")
+    for name, tensor in kept.items():
+        torch.testing.assert_close(model.state_dict()[name], tensor)
+    assert tokenizer.decode(tokenizer("seven")["input_ids"], skip_special_tokens=True) == "seven"
+
+
 def test_push_to_hub_publishes_the_output_folder_with_the_hub_options(corpus_folder, tmp_path, monkeypatch):
     pushed = {}
     monkeypatch.setattr(

@@ -103,6 +103,15 @@ class Trainer:
         self.corpus: Corpus = corpus or prepare_corpus(data_args)
         self.tokenizer = self.corpus.tokenizer
         self.model = build_model(model_args, self.tokenizer, train_args.seed)
+        # saved with every folder (best and final), so that generate() decodes as the run evaluated
+        self.model.generation_config = GenerationConfig(
+            num_beams=train_args.num_beams,
+            max_new_tokens=train_args.max_new_tokens,
+            bos_token_id=self.model.config.bos_token_id,
+            eos_token_id=self.model.config.eos_token_id,
+            pad_token_id=self.model.config.pad_token_id,
+            decoder_start_token_id=self.model.config.decoder_start_token_id,
+        )
         self.collator = seq2seq_collator(self.tokenizer, model=self.model)
         optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -197,7 +206,8 @@ class Trainer:
             score = metrics["bleu_lowercased" if self.data_args.lowercase else "bleu"]
             if score > self.state.best_bleu:
                 self.state.best_bleu, self.state.best_step = score, self.state.step
-                self.unwrapped.save_pretrained(self.output_dir / "best")
+                # a complete folder: translate and from_pretrained load it like the final one
+                self.save_model_folder(self.unwrapped, self.output_dir / "best")
         self.accelerator.wait_for_everyone()
         return metrics
 
@@ -265,14 +275,6 @@ class Trainer:
             "processes": self.accelerator.num_processes,
         }
         if self.accelerator.is_main_process:
-            model.generation_config = GenerationConfig(
-                num_beams=self.args.num_beams,
-                max_new_tokens=self.args.max_new_tokens,
-                bos_token_id=model.config.bos_token_id,
-                eos_token_id=model.config.eos_token_id,
-                pad_token_id=model.config.pad_token_id,
-                decoder_start_token_id=model.config.decoder_start_token_id,
-            )
             for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):
                 if dataset is not None:
                     results[name] = self.evaluate(dataset)
@@ -287,10 +289,13 @@ class Trainer:
         self.accelerator.end_training()
         return results
 
+    def save_model_folder(self, model, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+
     def write_output_folder(self, model, results: dict) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(self.output_dir)
-        self.tokenizer.save_pretrained(self.output_dir)
+        self.save_model_folder(model, self.output_dir)
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         self.write_model_card(model, results)
         if self.args.push_to_hub:
