@@ -25,6 +25,8 @@ from vanilla_transformer import VanillaTransformerConfig
         (dict(drop_path_rate=-0.1), r"drop_path_rate=-0.1 is invalid"),
         (dict(label_smoothing=1.5), r"label_smoothing=1.5 is invalid"),
         (dict(sliding_window=0), r"sliding_window=0 is invalid"),
+        (dict(weight_init="kaiming"), r"weight_init='kaiming' is invalid: allowed values are xavier, normal"),
+        (dict(init_std=0.0), r"init_std=0.0 is invalid: must be positive"),
         (dict(vocab_size=0), r"vocab_size=0 is invalid: must be a positive integer"),
         (dict(d_model="512"), r"d_model"),
     ],

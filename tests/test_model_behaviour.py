@@ -220,3 +220,23 @@ def test_unshared_but_tied_head_follows_the_decoder_embeddings():
     model = tiny_model(tiny_config(share_encoder_decoder_embeddings=False, tie_word_embeddings=True))
     assert model.lm_head.weight.data_ptr() == model.model.decoder.embed_tokens.weight.data_ptr()
     assert model.model.encoder.embed_tokens.weight.data_ptr() != model.model.decoder.embed_tokens.weight.data_ptr()
+
+
+@pytest.mark.parametrize("weight_init", ["xavier", "normal"])
+def test_weight_init_sets_the_spread_of_linear_layers_and_embeddings(weight_init):
+    torch.manual_seed(0)
+    config = tiny_config(
+        d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, vocab_size=2000, init_std=0.05, weight_init=weight_init
+    )
+    model = VanillaTransformerForConditionalGeneration(config)
+    up = model.model.encoder.layers[0].feed_forward.up_proj.weight  # (256, 64)
+    embedding = model.model.shared.weight[PAD + 1 :]
+    if weight_init == "xavier":
+        # Glorot uniform: std sqrt(2 / (fan_in + fan_out)); scaled embeddings N(0, d_model^-1/2)
+        expected_linear, expected_embedding = (2 / (64 + 256)) ** 0.5, 64**-0.5
+    else:
+        expected_linear = expected_embedding = 0.05
+    assert up.std().item() == pytest.approx(expected_linear, rel=0.05)
+    assert embedding.std().item() == pytest.approx(expected_embedding, rel=0.05)
+    assert model.model.encoder.layers[0].feed_forward.up_proj.bias.abs().max() == 0
+    assert model.model.shared.weight[PAD].abs().max() == 0

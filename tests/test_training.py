@@ -178,9 +178,10 @@ def test_average_weights_is_the_elementwise_mean(tmp_path):
 
 def test_config_file_gives_defaults_and_flags_override_it(tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("d_model: 64\nmax_steps: 10\ndataset: some/folder\nnorm_placement: pre\n")
+    config.write_text("d_model: 64\nmax_steps: 10\ndataset: some/folder\nnorm_placement: pre\nweight_init: normal\n")
     model_args, data_args, train_args = parse_arguments(["--config", str(config), "--max_steps", "3"])
     assert (model_args.d_model, model_args.norm_placement, train_args.max_steps) == (64, "pre", 3)
+    assert model_args.weight_init == "normal"
     assert data_args.dataset == "some/folder"
     config.write_text("d_modle: 64\n")
     with pytest.raises(ValueError, match=r"unknown arguments d_modle"):

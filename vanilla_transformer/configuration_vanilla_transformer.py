@@ -11,6 +11,7 @@ ACTIVATION_FUNCTIONS = ("relu", "gelu", "silu", "swiglu", "geglu")
 NORM_PLACEMENTS = ("post", "pre")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope")
+WEIGHT_INITS = ("xavier", "normal")
 
 
 def _invalid(field: str, value, allowed: str) -> ValueError:
@@ -48,7 +49,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
         tie_word_embeddings: the generator reuses the (decoder) embedding matrix.
         sliding_window: None, or the width of a local self-attention window.
         label_smoothing: epsilon_ls of the model's cross-entropy loss.
-        init_std: standard deviation used for embeddings when scale_embedding is False.
+        weight_init: "xavier" (the reference implementations of the paper, tensor2tensor and fairseq): Glorot
+            uniform linear layers and N(0, d_model^-1/2) embeddings when they are scaled by sqrt(d_model);
+            "normal" (BART, Marian): every linear layer and embedding N(0, init_std).
+        init_std: standard deviation of "normal" initialisation, and of unscaled embeddings under "xavier".
     """
 
     model_type = "vanilla_transformer"
@@ -84,6 +88,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
     sliding_window: int | None = None
     label_smoothing: float | int = 0.0
+    weight_init: str = "xavier"
     init_std: float = 0.02
     use_cache: bool = True
     is_encoder_decoder: bool = True
@@ -111,6 +116,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
             heads = getattr(self, field)
             if self.d_model % heads:
                 raise _invalid(field, heads, f"d_model={self.d_model} must be divisible by the number of heads")
+        if not self.init_std > 0:
+            raise _invalid("init_std", self.init_std, "must be positive")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise _invalid("sliding_window", self.sliding_window, "must be None or a positive integer")
 
@@ -133,6 +140,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
             ("norm_placement", NORM_PLACEMENTS),
             ("norm_type", NORM_TYPES),
             ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+            ("weight_init", WEIGHT_INITS),
         ):
             value = getattr(self, field)
             if value not in allowed:

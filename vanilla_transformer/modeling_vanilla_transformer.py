@@ -264,14 +264,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     def _init_weights(self, module):
+        normal = self.config.weight_init == "normal"
         if isinstance(module, nn.Linear):
-            # Glorot/Xavier uniform, as in the reference implementations of the paper (tensor2tensor, fairseq)
-            init.xavier_uniform_(module.weight)
+            if normal:
+                init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            else:
+                # Glorot/Xavier uniform, as in the reference implementations of the paper (tensor2tensor, fairseq)
+                init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            # the embedding is multiplied by sqrt(d_model): N(0, d_model^-1/2) gives unit-variance inputs
-            std = self.config.d_model**-0.5 if self.config.scale_embedding else self.config.init_std
+            # under "xavier" the embedding is multiplied by sqrt(d_model): N(0, d_model^-1/2) gives unit variance
+            scaled_unit = self.config.scale_embedding and not normal
+            std = self.config.d_model**-0.5 if scaled_unit else self.config.init_std
             init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])

@@ -37,6 +37,7 @@ class ModelArguments:
     tie_word_embeddings: bool = True
     sliding_window: int | None = None
     label_smoothing: float = 0.1
+    weight_init: str = field(default="xavier", metadata={"help": "xavier (fairseq, tensor2tensor) or normal (BART)"})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2"})
 
     def build_config(self, tokenizer) -> VanillaTransformerConfig:
