@@ -224,11 +224,10 @@ def test_unshared_but_tied_head_follows_the_decoder_embeddings():
 
 @pytest.mark.parametrize("weight_init", ["xavier", "normal"])
 def test_weight_init_sets_the_spread_of_linear_layers_and_embeddings(weight_init):
-    torch.manual_seed(0)
     config = tiny_config(
         d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, vocab_size=2000, init_std=0.05, weight_init=weight_init
     )
-    model = VanillaTransformerForConditionalGeneration(config)
+    model = tiny_model(config)
     up = model.model.encoder.layers[0].feed_forward.up_proj.weight  # (256, 64)
     embedding = model.model.shared.weight[PAD + 1 :]
     if weight_init == "xavier":
