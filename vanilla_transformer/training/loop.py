@@ -4,6 +4,7 @@ AdamW with the paper's inverse-square-root warm-up, exact resume, periodic evalu
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import platform
 import time
@@ -21,6 +22,19 @@ from .arguments import DataArguments, ModelArguments, TrainArguments
 from .checkpoints import TrainingState, average_weights, checkpoint_folders, prune, resolve_resume
 from .corpus import Corpus, prepare_corpus
 from .evaluation import translation_scores, validation_loss
+
+
+@contextlib.contextmanager
+def _quiet_shared_tensor_warning():
+    """Accelerate warns on every checkpoint that it stored the tied embedding and output weights once; the model
+    re-ties them on load (the resume test checks it), so the warning is noise repeated every `save_steps`."""
+    accelerate_logger = logging.getLogger("accelerate.utils.other")
+    level = accelerate_logger.level
+    accelerate_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        accelerate_logger.setLevel(level)
 
 
 class BatchPlan:
@@ -175,7 +189,8 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         folder = self.checkpoint_root / f"step-{self.state.step}"
-        self.accelerator.save_state(str(folder))
+        with _quiet_shared_tensor_warning():
+            self.accelerator.save_state(str(folder))
         if self.accelerator.is_main_process:
             prune(self.checkpoint_root, max(self.args.save_total_limit, self.args.average_last_checkpoints))
         self.accelerator.wait_for_everyone()
