@@ -192,6 +192,15 @@ def test_config_file_gives_defaults_and_flags_override_it(tmp_path):
         parse_arguments(["--config", str(config)])
 
 
+@pytest.mark.parametrize("recipe", sorted((REPO / "configs").glob("*.yaml")), ids=lambda path: path.name)
+def test_shipped_recipes_parse_and_pass_config_validation(recipe, corpus_folder):
+    # a misspelt key or a value the config refuses would otherwise surface only an hour into a benchmark run
+    model_args, data_args, train_args = parse_arguments(["--config", str(recipe)])
+    config = model_args.build_config(AutoTokenizer.from_pretrained(corpus_folder / "tokenizer"))
+    assert (config.d_model, config.weight_init) == (model_args.d_model, model_args.weight_init)
+    assert data_args.source_lang != data_args.target_lang and train_args.max_steps > 0
+
+
 def test_two_process_ddp_matches_one_process_on_the_same_global_batch(corpus_folder, tmp_path):
     common = [
         "--dataset",
