@@ -228,14 +228,14 @@ def test_weight_init_sets_the_spread_of_linear_layers_and_embeddings(weight_init
         d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, vocab_size=2000, init_std=0.05, weight_init=weight_init
     )
     model = tiny_model(config)
-    up = model.model.encoder.layers[0].feed_forward.up_proj.weight  # (256, 64)
+    up_proj = model.model.encoder.layers[0].feed_forward.up_proj  # weight (256, 64)
     embedding = model.model.shared.weight[PAD + 1 :]
     if weight_init == "xavier":
         # Glorot uniform: std sqrt(2 / (fan_in + fan_out)); scaled embeddings N(0, d_model^-1/2)
         expected_linear, expected_embedding = (2 / (64 + 256)) ** 0.5, 64**-0.5
     else:
         expected_linear = expected_embedding = 0.05
-    assert up.std().item() == pytest.approx(expected_linear, rel=0.05)
+    assert up_proj.weight.std().item() == pytest.approx(expected_linear, rel=0.05)
     assert embedding.std().item() == pytest.approx(expected_embedding, rel=0.05)
-    assert model.model.encoder.layers[0].feed_forward.up_proj.bias.abs().max() == 0
+    assert up_proj.bias.abs().max() == 0
     assert model.model.shared.weight[PAD].abs().max() == 0
