@@ -15,6 +15,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.demo_data import demo_splits, write_parallel_folder
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments, Trainer, parse_arguments
+from vanilla_transformer.training import loop as training_loop
 from vanilla_transformer.training.checkpoints import average_weights
 from vanilla_transformer.training.corpus import prepare_corpus
 
@@ -199,6 +200,14 @@ def test_shipped_recipes_parse_and_pass_config_validation(recipe, corpus_folder)
     config = model_args.build_config(AutoTokenizer.from_pretrained(corpus_folder / "tokenizer"))
     assert (config.d_model, config.weight_init) == (model_args.d_model, model_args.weight_init)
     assert data_args.source_lang != data_args.target_lang and train_args.max_steps > 0
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_cpu_trainer_keeps_freed_memory_unless_told_not_to(keep, corpus_folder, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(training_loop, "keep_freed_memory", lambda: calls.append(True) or True)
+    Trainer(*tiny_arguments(corpus_folder, tmp_path, keep_freed_cpu_memory=keep, use_cpu=True))
+    assert calls == ([True] if keep else [])
 
 
 def test_two_process_ddp_matches_one_process_on_the_same_global_batch(corpus_folder, tmp_path):

@@ -104,6 +104,13 @@ class TrainArguments:
     max_grad_norm: float = 1.0
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16"})
     use_cpu: bool = field(default=False, metadata={"help": "train on the CPU even when a GPU is present"})
+    keep_freed_cpu_memory: bool = field(
+        default=True,
+        metadata={
+            "help": "on the CPU with glibc, keep freed memory in the process for the next step instead of returning "
+            "it to the kernel, so that each step reuses the pages of the large buffers of the previous one"
+        },
+    )
     logging_steps: int = 50
     eval_steps: int = 1000
     save_steps: int = 1000

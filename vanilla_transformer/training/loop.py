@@ -21,6 +21,7 @@ from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGener
 from .arguments import DataArguments, ModelArguments, TrainArguments
 from .checkpoints import TrainingState, average_weights, checkpoint_folders, prune, resolve_resume
 from .corpus import Corpus, prepare_corpus
+from .cpu_memory import keep_freed_memory
 from .evaluation import translation_scores, validation_loss
 
 
@@ -114,6 +115,8 @@ class Trainer:
             log_with="tensorboard" if tensorboard else None,
             project_dir=str(self.output_dir / "logs") if tensorboard else None,
         )
+        if train_args.keep_freed_cpu_memory and self.accelerator.device.type == "cpu":
+            keep_freed_memory()
         self.corpus: Corpus = corpus or prepare_corpus(data_args)
         self.tokenizer = self.corpus.tokenizer
         self.model = build_model(model_args, self.tokenizer, train_args.seed)
