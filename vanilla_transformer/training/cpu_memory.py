@@ -5,8 +5,8 @@ hands them back when the block is freed. A training step allocates the same larg
 of a batch and their log-probabilities and gradients are [tokens, vocab], 80 MiB each at the Multi30k recipe's
 shapes, which cost ~45,000 page faults (fresh zeroed pages) per step. With the freed memory kept there are none,
 and a step at those shapes on 2 cores took 0.68-0.86 s instead of 0.87-1.07 s (one process alternating the setting
-every 5 steps, three runs). PyTorch's CPU tuning guide gets the same by
-preloading jemalloc or tcmalloc; telling glibc to serve large blocks from its heap and never trim it needs neither."""
+every 5 steps, three runs). PyTorch's CPU tuning guide gets the same by preloading jemalloc or tcmalloc; telling
+glibc to serve large blocks from its heap and never trim it needs neither."""
 
 import ctypes
 import logging
