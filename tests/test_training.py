@@ -1,5 +1,6 @@
 """The training loop: exact resume, two-process DDP equal to one process, averaging, the output folder."""
 
+import itertools
 import json
 import logging
 import os
@@ -98,6 +99,70 @@ def test_linear_schedule_decays_to_zero_at_max_steps_and_unknown_schedules_are_r
     assert peak > 0 and trainer.scheduler.get_last_lr()[0] == 0.0
     with pytest.raises(ValueError, match=r"lr_scheduler_type='cosine_restarts' is not one of inverse_sqrt"):
         TrainArguments(lr_scheduler_type="cosine_restarts")
+
+
+def clocked_trainer(corpus_folder, output_dir, corpus, **overrides) -> Trainer:
+    """A trainer whose clock reads one second more at every look: a budget of 0.2 minutes lasts ~12 steps."""
+    arguments = dict(max_steps=1000, warmup_steps=2, lr_scheduler_type="linear", max_train_minutes=0.2, save_steps=5)
+    trainer = Trainer(*tiny_arguments(corpus_folder, output_dir, **{**arguments, **overrides}), corpus=corpus)
+    trainer.clock = itertools.count().__next__
+    return trainer
+
+
+def test_time_decay_reaches_zero_when_the_budget_runs_out_and_step_decay_does_not(corpus_folder, tmp_path):
+    corpus = prepare_corpus(tiny_arguments(corpus_folder, tmp_path)[1])
+    by_time = clocked_trainer(corpus_folder, tmp_path / "time", corpus, decay_over="time")
+    by_steps = clocked_trainer(corpus_folder, tmp_path / "steps", corpus)
+    peak = by_time.optimizer.param_groups[0]["initial_lr"]
+    time_results, step_results = by_time.run(), by_steps.run()
+    # both stopped by the clock, far short of max_steps
+    assert time_results["train_steps"] == step_results["train_steps"] == 12
+    assert time_results["train_seconds"] > 12
+    # the last step ran at a learning rate of 0 under the clock; counted in steps, the decay had barely begun
+    assert by_time.scheduler.get_last_lr()[0] == 0.0
+    assert by_steps.scheduler.get_last_lr()[0] > 0.98 * peak
+
+
+class ProcessKilled(Exception):
+    pass
+
+
+def clock_that_stops_the_process_at(reading: int):
+    readings = itertools.count()
+
+    def clock() -> int:
+        now = next(readings)
+        if now == reading:
+            raise ProcessKilled
+        return now
+
+    return clock
+
+
+def test_resumed_time_budget_run_spends_what_is_left_and_ends_like_an_uninterrupted_one(corpus_folder, tmp_path):
+    corpus = prepare_corpus(tiny_arguments(corpus_folder, tmp_path)[1])
+    straight = clocked_trainer(corpus_folder, tmp_path / "straight", corpus, decay_over="time").run()
+    interrupted = clocked_trainer(corpus_folder, tmp_path / "split", corpus, decay_over="time")
+    interrupted.clock = clock_that_stops_the_process_at(6)  # after step 5, whose checkpoint is saved
+    with pytest.raises(ProcessKilled):
+        interrupted.run()
+    resumed = clocked_trainer(
+        corpus_folder, tmp_path / "split", corpus, decay_over="time", resume_from_checkpoint="latest"
+    ).run()
+    # the budget counts the first launch's seconds: the resumed launch does not start a fresh 0.2 minutes
+    assert resumed["train_steps"] == straight["train_steps"] == 12
+    straight_weights, split_weights = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    for name, tensor in straight_weights.items():
+        assert torch.equal(split_weights[name], tensor), name
+
+
+def test_time_decay_needs_a_time_budget_and_a_schedule_that_decays():
+    with pytest.raises(ValueError, match=r"decay_over='time' needs a positive max_train_minutes, got None"):
+        TrainArguments(decay_over="time", lr_scheduler_type="linear")
+    with pytest.raises(ValueError, match=r"needs lr_scheduler_type linear or cosine, got 'inverse_sqrt'"):
+        TrainArguments(decay_over="time", max_train_minutes=5)
+    with pytest.raises(ValueError, match=r"decay_over='hours' is not one of steps, time"):
+        TrainArguments(decay_over="hours")
 
 
 def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_folder, tmp_path):

@@ -10,6 +10,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
 
 
 @dataclass
@@ -97,6 +98,14 @@ class TrainArguments:
             "choices": list(LR_SCHEDULER_TYPES),
         },
     )
+    decay_over: str = field(
+        default="steps",
+        metadata={
+            "help": "steps: a linear or cosine decay ends at max_steps; time: it ends at max_steps or when "
+            "max_train_minutes are spent, whichever comes first (the warm-up counts steps either way)",
+            "choices": list(DECAY_OVER),
+        },
+    )
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
@@ -134,6 +143,18 @@ class TrainArguments:
             raise ValueError(
                 f"lr_scheduler_type={self.lr_scheduler_type!r} is not one of {', '.join(LR_SCHEDULER_TYPES)}"
             )
+        if self.decay_over not in DECAY_OVER:
+            raise ValueError(f"decay_over={self.decay_over!r} is not one of {', '.join(DECAY_OVER)}")
+        if self.decay_over == "time":
+            if self.max_train_minutes is None or not self.max_train_minutes > 0:
+                raise ValueError(
+                    f"decay_over='time' needs a positive max_train_minutes, got {self.max_train_minutes!r}"
+                )
+            if self.lr_scheduler_type not in TIME_DECAYING_SCHEDULES:
+                raise ValueError(
+                    f"decay_over='time' needs lr_scheduler_type {' or '.join(TIME_DECAYING_SCHEDULES)}, got "
+                    f"{self.lr_scheduler_type!r} (it has no decay to bring forward)"
+                )
 
     def peak_learning_rate(self, d_model: int) -> float:
         if self.learning_rate is not None:

@@ -21,6 +21,9 @@ class TrainingState:
     best_bleu: float = -1.0
     best_step: int = -1
     history: list = field(default_factory=list)
+    # training seconds so far (launches before a resume included), and those the warm-up took
+    train_seconds: float = 0.0
+    warmup_seconds: float = 0.0
 
     def state_dict(self) -> dict:
         return asdict(self)

@@ -14,7 +14,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
-from transformers import GenerationConfig, get_scheduler
+from transformers import GenerationConfig
 
 from ..data import seq2seq_collator, sequence_lengths, token_budget_batches
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -23,6 +23,7 @@ from .checkpoints import TrainingState, average_weights, checkpoint_folders, pru
 from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
 from .evaluation import translation_scores, validation_loss
+from .schedule import build_scheduler
 
 
 @contextlib.contextmanager
@@ -104,6 +105,8 @@ class Trainer:
         if train_args.push_to_hub and not train_args.hub_repo_id:
             raise ValueError("--push_to_hub needs --hub_repo_id USER/NAME")
         self.output_dir = Path(train_args.output_dir)
+        # seconds for the time budget; an attribute so that a test can drive the budget with a fake clock
+        self.clock = time.monotonic
         self.checkpoint_root = self.output_dir / "checkpoints"
         tensorboard = wants_tensorboard(train_args.report_to)
         self.accelerator = Accelerator(
@@ -137,14 +140,9 @@ class Trainer:
             eps=train_args.adam_epsilon,
             weight_decay=train_args.weight_decay,
         )
-        scheduler = get_scheduler(
-            train_args.lr_scheduler_type,
-            optimizer,
-            num_warmup_steps=train_args.warmup_steps,
-            num_training_steps=train_args.max_steps,
-        )
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
         self.state = TrainingState()
+        scheduler = build_scheduler(optimizer, train_args, self.state)
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
         self.accelerator.register_for_checkpointing(self.state)
         self.plan = BatchPlan(sequence_lengths(self.corpus.train), train_args.max_tokens, train_args.seed)
         if tensorboard:
@@ -235,12 +233,17 @@ class Trainer:
             self.accelerator.load_state(str(folder))
             self.accelerator.print(f"resumed from {folder} at step {self.state.step}")
 
-    def out_of_time(self, started: float) -> bool:
+    def training_seconds(self, carried: float, launched: float) -> float:
+        """Training time so far: `carried` from the launches before a resume, plus this one's. Under a time budget
+        every process must stop at the same step and set the same learning rate, so the clock furthest on decides."""
+        seconds = carried + self.clock() - launched
         if self.args.max_train_minutes is None:
-            return False
-        # every process must stop at the same step, so the main process's clock decides
-        over = torch.tensor(float(time.time() - started > 60 * self.args.max_train_minutes))
-        return bool(self.accelerator.reduce(over.to(self.accelerator.device), "max").item())
+            return seconds
+        seconds = torch.tensor(seconds, dtype=torch.float32, device=self.accelerator.device)
+        return self.accelerator.reduce(seconds, "max").item()
+
+    def out_of_time(self) -> bool:
+        return self.args.max_train_minutes is not None and self.state.train_seconds > 60 * self.args.max_train_minutes
 
     def run(self) -> dict:
         self.resume()
@@ -252,9 +255,16 @@ class Trainer:
             disable=self.args.disable_progress_bar or not self.accelerator.is_main_process,
             mininterval=1.0,
         )
-        started, window_tokens, window_start = time.time(), 0, time.time()
-        while self.state.step < self.args.max_steps and not self.out_of_time(started):
+        carried, launched = self.state.train_seconds, self.clock()
+        window_tokens, window_start = 0, time.time()
+        while self.state.step < self.args.max_steps:
+            # read before the step: the scheduler sets the next step's learning rate from it
+            self.state.train_seconds = self.training_seconds(carried, launched)
+            if self.out_of_time():
+                break
             loss, tokens = self.train_step()
+            if self.state.step == self.args.warmup_steps:
+                self.state.warmup_seconds = self.state.train_seconds
             window_tokens += tokens
             progress.update(1)
             if self.state.step % self.args.logging_steps == 0 or self.state.step == self.args.max_steps:
@@ -273,7 +283,7 @@ class Trainer:
                     progress.write(f"step {self.state.step}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
                     self.accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.state.step)
         progress.close()
-        self.train_seconds = time.time() - started
+        self.state.train_seconds = self.training_seconds(carried, launched)
         if self.args.save_steps > 0 and self.state.step % self.args.save_steps:
             self.save_checkpoint()  # stopped by the clock between two checkpoints
         return self.finish()
@@ -299,7 +309,7 @@ class Trainer:
             results.update(
                 best_validation_bleu=self.state.best_bleu,
                 best_step=self.state.best_step,
-                train_seconds=round(getattr(self, "train_seconds", 0.0), 1),
+                train_seconds=round(self.state.train_seconds, 1),
                 machine=f"{platform.machine()}, {torch.get_num_threads()} threads, {self.accelerator.device}",
             )
             self.write_output_folder(model, results)
