@@ -156,6 +156,10 @@ class TrainArguments:
                     f"{self.lr_scheduler_type!r} (it has no decay to bring forward)"
                 )
 
+    @property
+    def max_train_seconds(self) -> float | None:
+        return None if self.max_train_minutes is None else 60.0 * self.max_train_minutes
+
     def peak_learning_rate(self, d_model: int) -> float:
         if self.learning_rate is not None:
             return self.learning_rate

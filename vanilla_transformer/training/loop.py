@@ -237,13 +237,14 @@ class Trainer:
         """Training time so far: `carried` from the launches before a resume, plus this one's. Under a time budget
         every process must stop at the same step and set the same learning rate, so the clock furthest on decides."""
         seconds = carried + self.clock() - launched
-        if self.args.max_train_minutes is None:
+        if self.args.max_train_seconds is None:
             return seconds
         seconds = torch.tensor(seconds, dtype=torch.float32, device=self.accelerator.device)
         return self.accelerator.reduce(seconds, "max").item()
 
     def out_of_time(self) -> bool:
-        return self.args.max_train_minutes is not None and self.state.train_seconds > 60 * self.args.max_train_minutes
+        budget = self.args.max_train_seconds
+        return budget is not None and self.state.train_seconds > budget
 
     def run(self) -> dict:
         self.resume()

@@ -45,11 +45,11 @@ class ClockedDecay:
 
 def build_scheduler(optimizer, args, state: TrainingState) -> LambdaLR:
     """transformers' `args.lr_scheduler_type` over `args.max_steps`; with `args.decay_over == "time"`, its decay
-    follows `state.train_seconds` of `args.max_train_minutes` as well (the arguments have checked that both are set)."""
+    follows `state.train_seconds` of `args.max_train_seconds` as well (the arguments have checked that both are set)."""
     scheduler = get_scheduler(
         args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=args.max_steps
     )
     if args.decay_over == "time":
-        clocked = ClockedDecay(args.warmup_steps, args.max_steps, 60.0 * args.max_train_minutes, state)
+        clocked = ClockedDecay(args.warmup_steps, args.max_steps, args.max_train_seconds, state)
         scheduler.lr_lambdas = [lambda step, shape=shape: shape(clocked(step)) for shape in scheduler.lr_lambdas]
     return scheduler
