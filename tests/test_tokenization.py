@@ -79,6 +79,16 @@ def test_lowercase_option_lowercases_before_encoding(corpus):
     assert tokenizer.decode(tokenizer("Ältere MÄNNER")["input_ids"], skip_special_tokens=True) == "ältere männer"
 
 
+@pytest.mark.parametrize("split_punctuation", [False, True])
+def test_split_punctuation_keeps_punctuation_out_of_subwords_and_round_trips(corpus, split_punctuation):
+    tokenizer = train_tokenizer(corpus, vocab_size=2000, split_punctuation=split_punctuation)
+    # without the split, BPE learns word-final pieces such as "n." that glue a word to its full stop
+    glued = pieces_gluing_letters_to_punctuation(tokenizer, corpus)
+    assert bool(glued) is not split_punctuation, sorted(glued)[:10]
+    for sentence in corpus:
+        assert tokenizer.decode(tokenizer(sentence)["input_ids"], skip_special_tokens=True) == sentence
+
+
 def test_files_lists_and_dataset_columns_train_the_same_vocabulary(tmp_path, corpus):
     sentences = corpus[:300]
     plain, zipped = tmp_path / "half.txt", tmp_path / "half.txt.gz"
@@ -134,3 +144,19 @@ def test_cli_trains_and_saves(tmp_path, corpus):
     loaded = AutoTokenizer.from_pretrained(output)
     assert len(loaded) == 400
     assert loaded.decode(loaded(SENTENCES[0])["input_ids"], skip_special_tokens=True) == SENTENCES[0]
+
+
+def test_cli_split_punctuation_flag_reaches_the_tokenizer(tmp_path, corpus):
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(corpus) + "\n", encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    add_tokenizer_subcommand(parser.add_subparsers(dest="command"))
+    command = ["tokenizer", "train", "--files", str(text), "--vocab-size", "2000", "--output", str(tmp_path / "tok")]
+    args = parser.parse_args([*command, "--split-punctuation"])
+    assert args.func(args) == 0
+    assert not pieces_gluing_letters_to_punctuation(AutoTokenizer.from_pretrained(tmp_path / "tok"), corpus)
+
+
+def pieces_gluing_letters_to_punctuation(tokenizer, sentences) -> set[str]:
+    pieces = {piece.lstrip("▁") for sentence in sentences for piece in tokenizer.tokenize(sentence)}
+    return {piece for piece in pieces if any(c in ".,;!?" for c in piece) and any(c.isalpha() for c in piece)}

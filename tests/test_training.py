@@ -71,6 +71,14 @@ def final_weights(output_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(output_dir / "model.safetensors")
 
 
+@pytest.mark.parametrize("split_punctuation", [False, True])
+def test_tokenizer_trained_for_a_run_follows_the_split_punctuation_switch(corpus_folder, tmp_path, split_punctuation):
+    data_args = tiny_arguments(corpus_folder, tmp_path)[1]
+    data_args.tokenizer, data_args.vocab_size, data_args.split_punctuation = None, 400, split_punctuation
+    pieces = prepare_corpus(data_args).tokenizer.tokenize("forty-two")
+    assert ("-" in pieces) is split_punctuation, pieces
+
+
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(corpus_folder, tmp_path, caplog):
     corpus = prepare_corpus(tiny_arguments(corpus_folder, tmp_path)[1])
     with caplog.at_level(logging.WARNING):

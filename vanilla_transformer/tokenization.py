@@ -97,12 +97,15 @@ def add_tokenizer_subcommand(subparsers: argparse._SubParsersAction) -> argparse
     train.add_argument("--min-frequency", type=int, default=2, help="minimum count of a pair to be merged")
     train.add_argument("--output", type=Path, required=True, help="folder for tokenizer.json and its config")
     train.add_argument("--lowercase", action="store_true")
+    train.add_argument("--split-punctuation", action="store_true", help="keep punctuation out of subwords")
     train.set_defaults(func=run_tokenizer_train)
     return tokenizer_parser
 
 
 def run_tokenizer_train(args: argparse.Namespace) -> int:
-    tokenizer = train_tokenizer(args.files, args.vocab_size, args.min_frequency, args.lowercase)
+    tokenizer = train_tokenizer(
+        args.files, args.vocab_size, args.min_frequency, args.lowercase, split_punctuation=args.split_punctuation
+    )
     tokenizer.save_pretrained(args.output)
     print(f"saved a tokenizer with {len(tokenizer)} tokens to {args.output}")
     return 0

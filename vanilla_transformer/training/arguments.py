@@ -68,6 +68,9 @@ class DataArguments:
     tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer; trained on train if unset"})
     vocab_size: int = 8000
     lowercase: bool = False
+    split_punctuation: bool = field(
+        default=False, metadata={"help": "keep punctuation out of subwords, as Moses tokenization before BPE does"}
+    )
     max_source_length: int = 128
     max_target_length: int = 128
     max_eval_samples: int | None = field(default=None, metadata={"help": "translate at most this many for BLEU"})

@@ -26,7 +26,9 @@ def obtain_tokenizer(args: DataArguments, train_text: datasets.Dataset) -> PreTr
     if args.tokenizer:
         return AutoTokenizer.from_pretrained(args.tokenizer)
     sentences = (sentence for column in (args.source_lang, args.target_lang) for sentence in train_text[column])
-    return train_tokenizer(sentences, vocab_size=args.vocab_size, lowercase=args.lowercase)
+    return train_tokenizer(
+        sentences, vocab_size=args.vocab_size, lowercase=args.lowercase, split_punctuation=args.split_punctuation
+    )
 
 
 def tokenize(dataset: datasets.Dataset, tokenizer, args: DataArguments, keep_text: bool) -> datasets.Dataset:
