@@ -23,7 +23,7 @@ from speed import cpu_model_name  # noqa: E402  (a sibling script, found through
 
 def machine() -> str:
     """The CPU's model and the widest vector instructions torch uses on it: the recipe's hour holds as many updates
-    as the CPU allows, and two '2-CPU' machines (AMD EPYC with AVX2, Intel Xeon with AVX512) differed ~2.7x a step."""
+    as the CPU allows, and two '2-CPU' machines (AMD EPYC with AVX2, Intel Xeon with AVX512) differed ~2.2x a step."""
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     return (
