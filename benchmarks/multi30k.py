@@ -23,7 +23,8 @@ from speed import cpu_model_name  # noqa: E402  (a sibling script, found through
 
 def machine() -> str:
     """The CPU's model and the widest vector instructions torch uses on it: the recipe's hour holds as many updates
-    as the CPU allows, and two '2-CPU' machines (AMD EPYC with AVX2, Intel Xeon with AVX512) differed ~2.2x a step."""
+    as the CPU allows, and two '2-CPU' machines (AMD EPYC with AVX2, Intel Xeon with AVX512) differed 1.5-2.2x a
+    step in the runs on record (0.67 vs 0.45 s with vocabulary 8000, 0.88 vs 0.40 s with 5000)."""
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     return (
