@@ -2,6 +2,7 @@
 AdamW with the paper's inverse-square-root warm-up, exact resume, periodic evaluation, a Hub-ready output."""
 
 import contextlib
+import gc
 import importlib.util
 import json
 import logging
@@ -371,4 +372,15 @@ class Trainer:
 
 
 def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None) -> dict:
-    return Trainer(model_args, data_args, train_args, corpus).run()
+    trainer = Trainer(model_args, data_args, train_args, corpus)
+    # With DDP on gloo, whoever drops the last reference to the process group runs its destructor, which joins the
+    # gloo worker threads. DDP's reducer drops its reference holding the GIL, while a worker may still be freeing
+    # the tensors of the last barrier, which needs the GIL: the process hangs at exit (seen once in CI, py-spy:
+    # ~Reducer -> ~ProcessGroupGloo -> thread::join). The Python handle of the group releases the GIL in its
+    # destructor, so it is kept until the trainer, and its reducer, are gone.
+    group = torch.distributed.group.WORLD if torch.distributed.is_initialized() else None
+    results = trainer.run()
+    del trainer
+    gc.collect()
+    del group
+    return results
