@@ -283,88 +283,96 @@ def test_cpu_trainer_keeps_freed_memory_unless_told_not_to(keep, corpus_folder, 
     assert calls == ([True] if keep else [])
 
 
+QUIET_THREADS = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+ACCELERATE_TWO_CPU_PROCESSES = [
+    sys.executable,
+    "-m",
+    "accelerate.commands.launch",
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+]
+
+
+def tiny_train_flags(corpus_folder: Path) -> list[str]:
+    """`vanilla-transformer train` flags for a 3-step run of a tiny model on the numbers corpus."""
+    model = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    model.update(encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0)
+    data = dict(dataset=corpus_folder, validation_split="validation", test_split="test", max_eval_samples=4)
+    data.update(tokenizer=corpus_folder / "tokenizer")
+    run = dict(max_steps=3, max_tokens=256, warmup_steps=2, save_steps=0, eval_steps=0, num_beams=1, max_new_tokens=4)
+    run.update(report_to="none")
+    flags = [item for name, value in {**model, **data, **run}.items() for item in (f"--{name}", str(value))]
+    return [*flags, "--disable_progress_bar"]
+
+
 def test_two_process_ddp_matches_one_process_on_the_same_global_batch(corpus_folder, tmp_path):
-    common = [
-        "--dataset",
-        str(corpus_folder),
-        "--validation_split",
-        "validation",
-        "--test_split",
-        "test",
-        "--tokenizer",
-        str(corpus_folder / "tokenizer"),
-        "--max_eval_samples",
-        "4",
-        "--d_model",
-        "16",
-        "--encoder_layers",
-        "1",
-        "--decoder_layers",
-        "1",
-        "--encoder_attention_heads",
-        "2",
-        "--decoder_attention_heads",
-        "2",
-        "--encoder_ffn_dim",
-        "32",
-        "--decoder_ffn_dim",
-        "32",
-        "--dropout",
-        "0",
-        "--max_steps",
-        "3",
-        "--max_tokens",
-        "256",
-        "--warmup_steps",
-        "2",
-        "--save_steps",
-        "0",
-        "--eval_steps",
-        "0",
-        "--num_beams",
-        "1",
-        "--max_new_tokens",
-        "4",
-        "--report_to",
-        "none",
-        "--disable_progress_bar",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     single = [
         sys.executable,
         "-m",
         "vanilla_transformer.cli",
         "train",
-        *common,
+        *tiny_train_flags(corpus_folder),
         "--output_dir",
         str(tmp_path / "one"),
         "--gradient_accumulation_steps",
         "2",
     ]
     double = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
+        *ACCELERATE_TWO_CPU_PROCESSES,
         "-m",
         "vanilla_transformer.cli",
         "train",
-        *common,
+        *tiny_train_flags(corpus_folder),
         "--output_dir",
         str(tmp_path / "two"),
     ]
     for command in (single, double):
-        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        result = subprocess.run(command, capture_output=True, text=True, env=QUIET_THREADS, cwd=REPO, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "two" / "results.json").read_text())["processes"] == 2
     one, two = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
     for name, tensor in one.items():
         torch.testing.assert_close(two[name], tensor, atol=1e-6, rtol=1e-5, msg=name)
+
+
+# The trainer outlives `run()` here, as in a user's script, so only the trainer itself can have let go of the wrapper.
+DDP_WRAPPER_RELEASE_SCRIPT = """
+import sys, weakref
+from torch.nn.parallel import DistributedDataParallel
+from vanilla_transformer.training import Trainer, parse_arguments
+
+trainer = Trainer(*parse_arguments(sys.argv[1:]))
+wrapper = weakref.ref(trainer.model)
+assert isinstance(wrapper(), DistributedDataParallel), type(trainer.model)
+wrapper_alive_at_end_training = []
+end_training = trainer.accelerator.end_training
+trainer.accelerator.end_training = lambda: wrapper_alive_at_end_training.append(wrapper() is not None) or end_training()
+trainer.run()
+assert wrapper_alive_at_end_training == [False], "the DDP wrapper was alive when end_training destroyed the group"
+assert not isinstance(trainer.model, DistributedDataParallel)
+"""
+
+
+def test_a_ddp_run_releases_its_wrapper_before_the_process_group_is_destroyed(corpus_folder, tmp_path):
+    # A DDP reducer that drops the last reference to a gloo group joins the group's threads holding the GIL, which
+    # hung a CI run at exit once; released before end_training() destroys the group, it never holds that reference.
+    script = tmp_path / "release.py"
+    script.write_text(DDP_WRAPPER_RELEASE_SCRIPT)
+    command = [*ACCELERATE_TWO_CPU_PROCESSES, str(script), *tiny_train_flags(corpus_folder)]
+    result = subprocess.run(
+        [*command, "--output_dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=QUIET_THREADS,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["processes"] == 2

@@ -2,7 +2,6 @@
 AdamW with the paper's inverse-square-root warm-up, exact resume, periodic evaluation, a Hub-ready output."""
 
 import contextlib
-import gc
 import importlib.util
 import json
 import logging
@@ -316,8 +315,21 @@ class Trainer:
             )
             self.write_output_folder(model, results)
         self.accelerator.wait_for_everyone()
+        self.release_ddp_wrapper()
         self.accelerator.end_training()
         return results
+
+    def release_ddp_wrapper(self) -> None:
+        """Drop the DDP wrapper while the process group is still registered, before `end_training` destroys it.
+
+        Whoever drops the last reference to a gloo process group runs its destructor, which joins the gloo worker
+        threads. DDP's reducer drops its reference holding the GIL, while a worker may still be freeing the tensors
+        of the last barrier, which needs the GIL: a process hung at exit that way in CI (py-spy: ~Reducer ->
+        ~ProcessGroupGloo -> thread::join). Freed here, the reducer never holds the last reference: the group's
+        registry does, and its Python handle releases the GIL when it goes.
+        """
+        self.model = self.unwrapped
+        self.accelerator.free_memory()  # forgets the prepared objects and collects the wrapper's reference cycles
 
     def save_model_folder(self, model, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -372,15 +384,4 @@ class Trainer:
 
 
 def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None) -> dict:
-    trainer = Trainer(model_args, data_args, train_args, corpus)
-    # With DDP on gloo, whoever drops the last reference to the process group runs its destructor, which joins the
-    # gloo worker threads. DDP's reducer drops its reference holding the GIL, while a worker may still be freeing
-    # the tensors of the last barrier, which needs the GIL: the process hangs at exit (seen once in CI, py-spy:
-    # ~Reducer -> ~ProcessGroupGloo -> thread::join). The Python handle of the group releases the GIL in its
-    # destructor, so it is kept until the trainer, and its reducer, are gone.
-    group = torch.distributed.group.WORLD if torch.distributed.is_initialized() else None
-    results = trainer.run()
-    del trainer
-    gc.collect()
-    del group
-    return results
+    return Trainer(model_args, data_args, train_args, corpus).run()
