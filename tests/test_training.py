@@ -365,14 +365,13 @@ def test_a_ddp_run_releases_its_wrapper_before_the_process_group_is_destroyed(co
     # hung a CI run at exit once; released before end_training() destroys the group, it never holds that reference.
     script = tmp_path / "release.py"
     script.write_text(DDP_WRAPPER_RELEASE_SCRIPT)
-    command = [*ACCELERATE_TWO_CPU_PROCESSES, str(script), *tiny_train_flags(corpus_folder)]
-    result = subprocess.run(
-        [*command, "--output_dir", str(tmp_path / "run")],
-        capture_output=True,
-        text=True,
-        env=QUIET_THREADS,
-        cwd=REPO,
-        timeout=600,
-    )
+    command = [
+        *ACCELERATE_TWO_CPU_PROCESSES,
+        str(script),
+        *tiny_train_flags(corpus_folder),
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=QUIET_THREADS, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["processes"] == 2
