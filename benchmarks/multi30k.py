@@ -34,9 +34,9 @@ def machine() -> str:
 
 
 def evaluate_folder(folder: Path, data: str, split: str, num_beams: int, batch_size: int) -> dict:
-    from vanilla_transformer.data import load_parallel
+    from vanilla_transformer.inference.translate import load_for_translation, translate
+    from vanilla_transformer.training.data import load_parallel
     from vanilla_transformer.training.evaluation import corpus_scores
-    from vanilla_transformer.translate import load_for_translation, translate
 
     model, tokenizer = load_for_translation(str(folder))
     test = load_parallel(data, "en", "de", split)

@@ -11,15 +11,14 @@ from pathlib import Path
 import datasets
 import pytest
 
-from vanilla_transformer.data import (
+from vanilla_transformer.tokenization import read_lines, train_tokenizer
+from vanilla_transformer.training.data import (
     filter_by_length,
     load_parallel,
-    read_lines,
     seq2seq_collator,
     sequence_lengths,
     token_budget_batches,
 )
-from vanilla_transformer.tokenization import train_tokenizer
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 EN = ["A dog runs.", "Two men, one hat.", "She smiles  twice\t"]

@@ -3,7 +3,7 @@
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.demo import run_demo
-from vanilla_transformer.translate import translate
+from vanilla_transformer.inference.translate import translate
 
 
 def test_demo_trains_scores_held_out_numbers_and_saves_a_working_folder(tmp_path, capsys):

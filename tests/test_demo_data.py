@@ -4,14 +4,15 @@ import os
 
 import pytest
 
-from vanilla_transformer.data import load_parallel, read_lines
-from vanilla_transformer.demo_data import (
+from vanilla_transformer.demo.number_words import (
     demo_splits,
     english_words,
     german_words,
     number_pairs,
     write_parallel_folder,
 )
+from vanilla_transformer.tokenization import read_lines
+from vanilla_transformer.training.data import load_parallel
 
 GERMAN = {
     0: "null",

@@ -14,10 +14,10 @@ import pytest
 import torch
 from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
 
-import vanilla_transformer.hub as hub
+import vanilla_transformer.hub.push as hub
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.hub import IncompleteModelFolderError, add_push_subcommand, files_to_push, push_folder
-from vanilla_transformer.model_card import save_model_card
+from vanilla_transformer.hub.model_card import save_model_card
+from vanilla_transformer.hub.push import IncompleteModelFolderError, add_push_subcommand, files_to_push, push_folder
 from vanilla_transformer.tokenization import train_tokenizer
 
 CORPUS = [f"a small {('cat', 'dog', 'bird', 'man', 'woman')[i % 5]} sat on mat number {i}" for i in range(50)]

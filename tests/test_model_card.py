@@ -8,9 +8,9 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard, ModelCardData
 
-import vanilla_transformer.model_card as model_card
+import vanilla_transformer.hub.model_card as model_card
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.model_card import find_template, render_model_card, save_model_card
+from vanilla_transformer.hub.model_card import find_template, render_model_card, save_model_card
 
 RESULTS = {
     "sacrebleu": 38.2,
@@ -133,12 +133,12 @@ def test_save_model_card_writes_readme_from_the_folder(tmp_path):
     assert "num_beams=4, max_new_tokens=77" in card.text and "English → French" in card.text
 
 
-def test_the_template_is_the_repo_roots_model_card_shipped_with_the_package(tmp_path, monkeypatch):
-    root_template = Path(__file__).resolve().parent.parent / "model_card.md"
-    assert find_template().resolve() == root_template.resolve()
-    assert find_template().read_text() == root_template.read_text()
+def test_the_template_is_a_file_of_the_package_that_renders_it(tmp_path, monkeypatch):
+    package_template = Path(model_card.__file__).resolve().parent / "model_card.md"
+    assert find_template() == package_template
+    assert package_template.is_file() and not package_template.is_symlink()
 
-    package = tmp_path / "site-packages" / "vanilla_transformer"
+    package = tmp_path / "site-packages" / "vanilla_transformer" / "hub"
     package.mkdir(parents=True)
     (package / "model_card.md").write_text("---\n{{ card_data }}\n---\n\n# {{ model_name }}\n")
     monkeypatch.setattr(model_card.resources, "files", lambda name: package)

@@ -12,8 +12,7 @@ import datasets
 import pytest
 from transformers import AutoTokenizer
 
-from vanilla_transformer.data import iter_lines
-from vanilla_transformer.tokenization import add_tokenizer_subcommand, train_tokenizer
+from vanilla_transformer.tokenization import add_tokenizer_subcommand, iter_lines, train_tokenizer
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 # Always part of the training corpus, so that the tests also run without the shared data.

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from vanilla_transformer.demo_data import demo_splits, write_parallel_folder
+from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments, Trainer, parse_arguments
 from vanilla_transformer.training import loop as training_loop
@@ -217,7 +217,7 @@ def test_best_checkpoint_folder_is_complete_and_holds_the_weights_of_the_best_st
 def test_push_to_hub_publishes_the_output_folder_with_the_hub_options(corpus_folder, tmp_path, monkeypatch):
     pushed = {}
     monkeypatch.setattr(
-        "vanilla_transformer.hub.push_folder",
+        "vanilla_transformer.hub.push.push_folder",
         lambda folder, repo_id, **options: pushed.update(folder=folder, repo_id=repo_id, **options),
     )
     options = dict(

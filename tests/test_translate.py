@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.inference.translate import _length_batches, add_translate_subcommand, translate
 from vanilla_transformer.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, train_tokenizer
-from vanilla_transformer.translate import _length_batches, add_translate_subcommand, translate
 
 WORDS = ("cat", "dog", "bird", "man", "woman", "child", "horse", "girl", "boy", "player")
 COLOURS = ("red", "blue", "green", "big", "old")

@@ -5,9 +5,9 @@ import sys
 
 from .demo import add_demo_subcommand
 from .hub import add_push_subcommand
+from .inference import add_translate_subcommand
 from .tokenization import add_tokenizer_subcommand
 from .training import add_train_subcommand, run_train
-from .translate import add_translate_subcommand
 from .visualization import add_plot_subcommand
 
 

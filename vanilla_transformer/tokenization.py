@@ -1,24 +1,50 @@
-"""A joint source+target subword tokenizer: sentencepiece-style BPE (Metaspace words, byte fallback), saved as a
-plain transformers fast tokenizer that `AutoTokenizer` loads without this package or remote code."""
+"""Text in, tokens out: reading one-sentence-a-line text files (plain or gzipped), and a joint source+target subword
+tokenizer: sentencepiece-style BPE (Metaspace words, byte fallback), saved as a plain transformers fast tokenizer that
+`AutoTokenizer` loads without this package or remote code."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
-
-from .data import iter_lines
 
 # Ids 0-3 are the model config's pad/bos(decoder start)/eos defaults; the trainer assigns ids in this order.
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 # Sentencepiece's byte-fallback pieces: a character never seen in training becomes its UTF-8 bytes, not <unk>.
 BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
+
+
+@contextlib.contextmanager
+def open_text(path: str | os.PathLike, newline: str | None) -> Iterator[TextIO]:
+    """Open a plain or gzipped UTF-8 text file; a file that is neither is a ValueError that names it."""
+    opener = gzip.open if Path(path).suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", newline=newline) as file:
+            yield file
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as error:  # these messages do not name the file
+        raise ValueError(f"{path}: not a readable UTF-8 text file ({error})") from error
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[str]:
+    """Yield the lines of a plain or gzipped UTF-8 text file without their line ending (\\n or \\r\\n)."""
+    # Split on "\n" only: universal newlines would also split on a stray "\r" and break the line alignment.
+    with open_text(path, newline="\n") as lines:
+        for line in lines:
+            yield line.removesuffix("\n").removesuffix("\r")
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a plain or gzipped UTF-8 text file, without their line endings."""
+    return list(iter_lines(path))
 
 
 def train_tokenizer(

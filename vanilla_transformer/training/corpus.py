@@ -5,9 +5,9 @@ from dataclasses import dataclass
 import datasets
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ..data import filter_by_length, load_parallel
 from ..tokenization import train_tokenizer
 from .arguments import DataArguments
+from .data import filter_by_length, load_parallel
 
 
 @dataclass

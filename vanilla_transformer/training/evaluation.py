@@ -3,7 +3,7 @@
 import sacrebleu
 import torch
 
-from ..data import sequence_lengths, token_budget_batches
+from .data import sequence_lengths, token_budget_batches
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, float]:
@@ -33,7 +33,7 @@ def validation_loss(model, dataset, collator, max_tokens: int, device) -> float:
 
 
 def translation_scores(model, tokenizer, dataset, source_lang: str, target_lang: str, **translate_options):
-    from ..translate import translate
+    from ..inference.translate import translate
 
     was_training = model.training
     model.eval()

@@ -16,12 +16,12 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from ..data import seq2seq_collator, sequence_lengths, token_budget_batches
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .arguments import DataArguments, ModelArguments, TrainArguments
 from .checkpoints import TrainingState, average_weights, checkpoint_folders, prune, resolve_resume
 from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
+from .data import seq2seq_collator, sequence_lengths, token_budget_batches
 from .evaluation import translation_scores, validation_loss
 from .schedule import build_scheduler
 
@@ -341,7 +341,7 @@ class Trainer:
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         self.write_model_card(model, results)
         if self.args.push_to_hub:
-            from ..hub import push_folder
+            from ..hub.push import push_folder
 
             push_folder(
                 self.output_dir,
@@ -354,7 +354,7 @@ class Trainer:
 
     def write_model_card(self, model, results: dict) -> None:
         try:
-            from ..model_card import save_model_card
+            from ..hub.model_card import save_model_card
         except ImportError:
             return
         test = results.get("test") or results.get("validation") or {}

@@ -132,7 +132,7 @@ def push_folder(
     if not (folder / "README.md").is_file():
         warnings.warn(
             f"{folder} has no README.md: the repo will have no model card "
-            "(vanilla_transformer.model_card.save_model_card writes one)",
+            "(vanilla_transformer.hub.save_model_card writes one)",
             stacklevel=2,
         )
     if token is None and get_token() is None:

@@ -2,7 +2,7 @@
 `vanilla-transformer translate` command.
 
 ```python
-from vanilla_transformer.translate import load_for_translation, translate
+from vanilla_transformer.inference import load_for_translation, translate
 
 model, tokenizer = load_for_translation("my-model")  # a local folder or a Hub repo id
 translate(model, tokenizer, ["Ein Hund rennt.", "", "Zwei Männer spielen Fußball."])
@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .data import iter_lines
+from ..tokenization import iter_lines
 
 DEFAULT_NUM_BEAMS = 5
 # Input limit of models whose positions work at any length (sinusoidal, rotary): generous, but it keeps a stray

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .positions import RotaryEmbedding, SinusoidalPositionalEncoding, apply_rotary
+from ..positions import RotaryEmbedding, SinusoidalPositionalEncoding, apply_rotary
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 HTML_SUFFIX = ".html"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import gzip
 import json
 import numbers
 import os
@@ -12,11 +10,12 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
 
 import datasets
 import pyarrow.compute as pc
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
+
+from ..tokenization import open_text, read_lines
 
 # `{split}.{lang}[.gz]`, e.g. train.de.gz or test_2016_flickr.en; a language code is like "de", "pt_br", "zh-Hans".
 _TEXT_FILE = re.compile(r"(?P<split>.+?)\.(?P<lang>[a-z]{2,3}(?:[_-][A-Za-z]{2,4})?)(?:\.gz)?")
@@ -25,29 +24,6 @@ _NOT_LANGUAGES = {"md", "txt", "rst", "py", "sh", "csv", "tsv", "yml", "cfg", "i
 _TABLE_FILE = re.compile(r"(?P<split>.+)\.(?P<format>jsonl|csv)(?:\.gz)?")
 _LOCAL_SUFFIXES = {".gz", ".jsonl", ".json", ".csv", ".tsv", ".txt"}
 _HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
-
-
-@contextlib.contextmanager
-def _open_text(path: str | os.PathLike, newline: str | None) -> Iterator[TextIO]:
-    opener = gzip.open if Path(path).suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8", newline=newline) as file:
-            yield file
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as error:  # these messages do not name the file
-        raise ValueError(f"{path}: not a readable UTF-8 text file ({error})") from error
-
-
-def iter_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the lines of a plain or gzipped UTF-8 text file without their line ending (\\n or \\r\\n)."""
-    # Split on "\n" only: universal newlines would also split on a stray "\r" and break the line alignment.
-    with _open_text(path, newline="\n") as lines:
-        for line in lines:
-            yield line.removesuffix("\n").removesuffix("\r")
-
-
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a plain or gzipped UTF-8 text file, without their line endings."""
-    return list(iter_lines(path))
 
 
 def load_parallel(
@@ -117,7 +93,7 @@ def _load_aligned_files(src_path: Path, tgt_path: Path, languages: tuple[str, st
 
 
 def _read_records(path: Path, file_format: str) -> Iterator[dict]:
-    with _open_text(path, newline="") as lines:
+    with open_text(path, newline="") as lines:
         if file_format == "csv":
             yield from csv.DictReader(lines)
             return

@@ -10,10 +10,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .demo_data import demo_splits, write_parallel_folder
-from .tokenization import train_tokenizer
-from .training import DataArguments, ModelArguments, TrainArguments, Trainer
-from .translate import translate
+from ..inference import translate
+from ..tokenization import train_tokenizer
+from ..training import DataArguments, ModelArguments, TrainArguments, Trainer
+from .number_words import demo_splits, write_parallel_folder
 
 
 def demo_arguments(corpus: Path, output_dir: Path, minutes: float, seed: int):

@@ -1,7 +1,7 @@
 """The model card (README.md) of a trained model folder, rendered from the Jinja template `model_card.md`.
 
 ```python
-from vanilla_transformer.model_card import save_model_card
+from vanilla_transformer.hub import save_model_card
 
 save_model_card(
     "my-model",  # the folder holding config.json; README.md is written into it
@@ -29,7 +29,7 @@ import jinja2
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
 
 TEMPLATE_NAME = "model_card.md"
 TAGS = ["translation", "transformer", "vanilla-transformer"]
@@ -75,7 +75,7 @@ TRAINING_LABELS = {
 
 
 def find_template() -> Path:
-    """The package's `model_card.md`: a link to the repo root's template in a checkout, a copy once installed."""
+    """The template `model_card.md` beside this module, in a checkout and once installed."""
     template = Path(str(resources.files(__package__) / TEMPLATE_NAME))
     if not template.is_file():
         raise FileNotFoundError(f"the model card template {TEMPLATE_NAME} is missing from {template.parent}")
@@ -286,7 +286,7 @@ def _format(value) -> str:
 
 def _parameter_count(config: VanillaTransformerConfig) -> str | None:
     """ "60.5M": the model built on the meta device (no memory, no initialisation cost), shared weights once."""
-    from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
     try:
         with torch.device("meta"):
