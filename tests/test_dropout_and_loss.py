@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from vanilla_transformer.dropout import Dropout
+from vanilla_transformer.dropout import FastCpuDropout
 from vanilla_transformer.loss import label_smoothed_cross_entropy
 
 
@@ -12,7 +12,7 @@ from vanilla_transformer.loss import label_smoothed_cross_entropy
 def test_dropout_keeps_each_element_with_probability_one_minus_rate_and_rescales(rate):
     torch.manual_seed(0)
     inputs = torch.rand(256, 1024) + 1.0
-    outputs = Dropout(rate)(inputs)
+    outputs = FastCpuDropout(rate)(inputs)
     kept = outputs != 0
     # 262,144 draws: the standard error of the kept fraction is below 0.001
     assert abs(kept.float().mean().item() - (1 - rate)) < 0.005
@@ -26,13 +26,13 @@ def test_dropout_keeps_each_element_with_probability_one_minus_rate_and_rescales
 def test_dropout_gradient_uses_the_forward_mask():
     torch.manual_seed(1)
     inputs = (torch.rand(64, 33) + 0.5).requires_grad_()
-    outputs = Dropout(0.3)(inputs)
+    outputs = FastCpuDropout(0.3)(inputs)
     outputs.backward(torch.ones_like(outputs))
     torch.testing.assert_close(inputs.grad, outputs.detach() / inputs.detach())
 
 
 def test_dropout_is_seeded_and_differs_between_calls():
-    layer, inputs = Dropout(0.2), torch.ones(40, 50)
+    layer, inputs = FastCpuDropout(0.2), torch.ones(40, 50)
     torch.manual_seed(7)
     first, second = layer(inputs), layer(inputs)
     torch.manual_seed(7)
@@ -42,14 +42,14 @@ def test_dropout_is_seeded_and_differs_between_calls():
 
 def test_dropout_is_the_identity_in_eval_mode_and_without_rate():
     inputs = torch.randn(8, 9)
-    assert torch.equal(Dropout(0.5).eval()(inputs), inputs)
-    assert torch.equal(Dropout(0.0)(inputs), inputs)
-    assert torch.equal(Dropout(1.0)(inputs), torch.zeros_like(inputs))
+    assert torch.equal(FastCpuDropout(0.5).eval()(inputs), inputs)
+    assert torch.equal(FastCpuDropout(0.0)(inputs), inputs)
+    assert torch.equal(FastCpuDropout(1.0)(inputs), torch.zeros_like(inputs))
 
 
 def test_dropout_inplace_writes_into_its_input():
     inputs = torch.ones(10, 12)
-    outputs = Dropout(0.5, inplace=True)(inputs)
+    outputs = FastCpuDropout(0.5, inplace=True)(inputs)
     assert outputs.data_ptr() == inputs.data_ptr() and (inputs == 0).any()
 
 

@@ -58,16 +58,17 @@ class VanillaTransformerAttention(nn.Module):
     queries from the decoder and keys/values (fused) from the encoder output, once per generate call.
     """
 
-    def __init__(self, config, num_heads: int, is_causal: bool, is_cross_attention: bool, layer_idx: int | None):
+    def __init__(self, config, layer_idx: int, *, is_decoder: bool, is_cross_attention: bool = False):
         super().__init__()
         self.config = config
+        num_heads = config.decoder_attention_heads if is_decoder else config.encoder_attention_heads
         self.num_heads = num_heads
         self.num_key_value_heads = config.kv_heads(num_heads)
         self.num_key_value_groups = num_heads // self.num_key_value_heads
         self.head_dim = config.d_model // num_heads
         self.scaling = self.head_dim**-0.5
         # read by the sdpa and flash paths; encoder and cross-attention see every key
-        self.is_causal = is_causal
+        self.is_causal = is_decoder and not is_cross_attention
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
         self.attention_dropout = config.attention_dropout

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from .dropout import Dropout
+from .dropout import FastCpuDropout
 
 # gated variant -> the activation applied to its gate
 GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
@@ -22,7 +22,7 @@ class PositionwiseFeedForward(nn.Module):
         self.activation = ACT2FN[GATED_ACTIVATIONS.get(activation, activation)]
         self.up_proj = nn.Linear(d_model, 2 * ffn_dim if self.is_gated else ffn_dim)
         self.down_proj = nn.Linear(ffn_dim, d_model)
-        self.activation_dropout = Dropout(activation_dropout)
+        self.activation_dropout = FastCpuDropout(activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         hidden_states = self.up_proj(hidden_states)

@@ -1,9 +1,24 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers model.
 
-Encoder: N x [self-attention, feed-forward]. Decoder: N x [masked self-attention, cross-attention over the
-encoder output, feed-forward]. Each sublayer sits in a residual connection with dropout and a norm placed
-after (Post-LN, the paper) or before (Pre-LN) it. The generator is a linear map tied to the embeddings;
-its logits go through log-softmax in the loss and in beam search.
+The paper, section by section, and where it lives:
+- 3.1 Encoder and decoder stacks: `VanillaTransformerEncoder` (N x [self-attention, feed-forward]) and
+  `VanillaTransformerDecoder` (N x [masked self-attention, attention over the encoder output, feed-forward]) here;
+  the layers in `layers.py`; each sublayer inside an "Add & Norm", `residual.AddAndNorm`.
+- 3.2 Attention: scaled dot-product and multi-head attention, `attention.py`; the decoder's mask that hides the
+  future and the padding masks come from transformers' `masking_utils` (built here, in the stacks).
+- 3.3 Position-wise feed-forward networks: `feed_forward.py`.
+- 3.4 Embeddings and softmax: `TokenEmbedding` (token embeddings scaled by sqrt(d_model)); one matrix shared by
+  both stacks (`VanillaTransformerModel.shared`); the generator, the linear map to next-token logits whose weights
+  are the embedding matrix, is `VanillaTransformerForConditionalGeneration.lm_head` (the name transformers'
+  weight tying and generation look for); its softmax is in the loss and in `generate()`.
+- 3.5 Positional encoding: `positions.py` (sinusoidal, as in the paper).
+- 5.4 Regularization: residual dropout in `residual.py` (and on the embedding sums, `TokenEmbedding`), label
+  smoothing in `loss.py`.
+
+Switches beyond the paper (`VanillaTransformerConfig`): Pre-LN; RMSNorm; learned and rotary positions; grouped- and
+multi-query attention (`num_key_value_heads`); GELU, SiLU and the gated SwiGLU/GeGLU feed-forward; a sliding
+attention window; stochastic depth (`drop_path_rate`); attention and activation dropout; untied or unshared
+embeddings; Xavier or normal initialisation; and whatever attention kernel transformers offers (eager, sdpa, flash).
 
 This file and its siblings travel to the Hub as remote code: they import only torch and transformers.
 """
@@ -14,15 +29,23 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask, create_sliding_window_causal_mask
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 
 from .attention import VanillaTransformerAttention
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .dropout import Dropout
+from .dropout import FastCpuDropout
 from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
 from .loss import label_smoothed_cross_entropy
 from .positions import build_absolute_positions, build_rotary, embedding_scale
 from .residual import build_norm
+
+# the output field that holds the cache was renamed from past_key_values to cache in transformers 5.24
+CACHE_FIELD = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -59,7 +82,7 @@ class TokenEmbedding(nn.Module):
         self.embed_tokens = embed_tokens
         self.scale = embedding_scale(config)
         self.positions = build_absolute_positions(config)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = FastCpuDropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, start: int) -> torch.Tensor:
         if inputs_embeds is None:
@@ -83,13 +106,6 @@ def local_window(width: int):
     return inside
 
 
-def drop_path_rates(config, num_layers: int) -> list[float]:
-    """Stochastic depth grows linearly with depth, from 0 to drop_path_rate at the top layer."""
-    if num_layers == 1:
-        return [config.drop_path_rate]
-    return [config.drop_path_rate * i / (num_layers - 1) for i in range(num_layers)]
-
-
 def check_inputs(input_ids, inputs_embeds, vocab_size: int, name: str) -> tuple[int, int]:
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of {name} and its *_embeds counterpart.")
@@ -107,11 +123,10 @@ class TransformerStack(nn.Module):
         self.config = config
         self.embeddings = TokenEmbedding(config, embed_tokens)
         self.rotary = build_rotary(config, heads)
-        self.layers = nn.ModuleList(
-            layer_class(config, i, rate) for i, rate in enumerate(drop_path_rates(config, layers))
-        )
+        self.layers = nn.ModuleList(layer_class(config, layer_idx) for layer_idx in range(layers))
         # Pre-LN leaves the residual stream un-normalised, so the stack ends with a norm
-        self.final_norm = build_norm(config) if config.norm_placement == "pre" else None
+        pre_norm = config.norm_placement == "pre"
+        self.final_norm = build_norm(config.norm_type, config.d_model, config.layer_norm_eps) if pre_norm else None
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -190,7 +205,7 @@ class VanillaTransformerDecoder(TransformerStack):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         **kwargs,
-    ) -> tuple:
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
         shape = check_inputs(input_ids, inputs_embeds, self.config.vocab_size, "decoder_input_ids")
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs encoder_hidden_states (or encoder_outputs) to attend to.")
@@ -233,7 +248,13 @@ class VanillaTransformerDecoder(TransformerStack):
                 all_self_attentions += (self_weights,)
                 all_cross_attentions += (cross_weights,)
         hidden_states, all_hidden_states = self.final(hidden_states, all_hidden_states)
-        return hidden_states, cache, all_hidden_states, all_self_attentions, all_cross_attentions
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            hidden_states=all_hidden_states,
+            attentions=all_self_attentions,
+            cross_attentions=all_cross_attentions,
+            **{CACHE_FIELD: cache},
+        )
 
 
 def new_cache(config) -> EncoderDecoderCache:
@@ -364,7 +385,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
                 attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
             )
 
-        hidden_states, cache, decoder_hidden_states, self_attentions, cross_attentions = self.decoder(
+        decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
@@ -377,27 +398,24 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             **kwargs,
         )
         return Seq2SeqModelOutput(
-            last_hidden_state=hidden_states,
-            decoder_hidden_states=decoder_hidden_states,
-            decoder_attentions=self_attentions,
-            cross_attentions=cross_attentions,
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
-            **{CACHE_FIELD: cache if use_cache else None},
+            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD) if use_cache else None},
         )
 
 
-# the output field that holds the cache was renamed from past_key_values to cache in transformers 5.24
-CACHE_FIELD = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
-
-
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
-    """The Transformer with its generator: next-token logits, label-smoothed loss, and `generate()`."""
+    """The Transformer with its generator (`lm_head`): next-token logits, label-smoothed loss, and `generate()`."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.model = VanillaTransformerModel(config)
+        # the generator (section 3.4): decoder output -> next-token logits, tied to the embedding matrix
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         source = (
             "model.shared.weight"

@@ -1,15 +1,16 @@
-"""The residual connection around every sublayer, with its norm placed before (Pre-LN) or after (Post-LN)."""
+"""The paper's "Add & Norm" around every sublayer: a residual connection with dropout, and a norm placed after it
+(Post-LN, the paper) or before the sublayer (Pre-LN)."""
 
 import torch
 from torch import nn
 
-from .dropout import Dropout
+from .dropout import FastCpuDropout
 
 
-def build_norm(config) -> nn.Module:
-    if config.norm_type == "rmsnorm":
-        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+def build_norm(norm_type: str, d_model: int, eps: float) -> nn.Module:
+    if norm_type == "rmsnorm":
+        return nn.RMSNorm(d_model, eps=eps)
+    return nn.LayerNorm(d_model, eps=eps)
 
 
 class DropPath(nn.Module):
@@ -28,22 +29,26 @@ class DropPath(nn.Module):
         return branch * mask / keep
 
 
-class ResidualConnection(nn.Module):
-    """Post-LN: LayerNorm(x + Dropout(Sublayer(x))), as in the paper. Pre-LN: x + Dropout(Sublayer(Norm(x))).
+class AddAndNorm(nn.Module):
+    """Post-LN: LayerNorm(x + Dropout(Sublayer(x))), as in the paper (section 3.1, dropout from 5.4).
+    Pre-LN: x + Dropout(Sublayer(Norm(x))), the norm moved in front of the sublayer.
 
-    The layer calls `sublayer_input(x)` to get what the sublayer reads, then `forward(x, sublayer_output)`.
+    A layer asks `sublayer_input(x)` for what its sublayer reads, then `add_and_norm(x, sublayer_output)` for the
+    new residual stream.
     """
 
-    def __init__(self, config, drop_path_rate: float):
+    def __init__(self, d_model: int, norm_placement: str, norm_type: str, eps: float, dropout: float, drop_path: float):
         super().__init__()
-        self.pre_norm = config.norm_placement == "pre"
-        self.norm = build_norm(config)
-        self.dropout = Dropout(config.dropout)
-        self.drop_path = DropPath(drop_path_rate)
+        self.pre_norm = norm_placement == "pre"
+        self.norm = build_norm(norm_type, d_model, eps)
+        self.dropout = FastCpuDropout(dropout)
+        self.drop_path = DropPath(drop_path)
 
     def sublayer_input(self, residual: torch.Tensor) -> torch.Tensor:
+        """Norm(x) under Pre-LN; x itself under Post-LN."""
         return self.norm(residual) if self.pre_norm else residual
 
-    def forward(self, residual: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+    def add_and_norm(self, residual: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+        """x + Dropout(sublayer output), normalised under Post-LN."""
         output = residual + self.drop_path(self.dropout(sublayer_output))
         return output if self.pre_norm else self.norm(output)
