@@ -1,0 +1,176 @@
+"""The `vanilla-transformer plot` command: `add_plot_subcommand` and its handlers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from .attention import STACKS, cross_attention_alignment, self_attention_heatmaps
+from .masks import mask_plots
+from .positions import learned_position_plot, positional_encoding_plots, rotary_distance_plot
+from .rendering import token_labels
+
+
+def add_plot_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `plot {alignment,attention,positions,masks} ... --output FILE`; the handler is in `func`."""
+    plot = subparsers.add_parser(
+        "plot",
+        help="draw attention alignments, attention heads, position encodings or masks (PNG, SVG, PDF, HTML)",
+    )
+    kinds = plot.add_subparsers(dest="plot_kind", required=True)
+
+    def common(parser: argparse.ArgumentParser, model_required: bool) -> None:
+        parser.add_argument("--output", type=Path, required=True, help="file to write: .png, .svg, .pdf or .html")
+        parser.add_argument("--model", type=Path, required=model_required, help="a saved model folder")
+        parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the model folder)")
+
+    alignment = kinds.add_parser("alignment", help="cross-attention of each generated token over the source")
+    common(alignment, model_required=True)
+    alignment.add_argument("--text", required=True, help="the source sentence to translate")
+    alignment.add_argument("--layer", type=int, help="one decoder layer (default: mean of all)")
+    alignment.add_argument("--head", type=int, help="one head (default: mean of all)")
+    alignment.add_argument("--num-beams", type=int, default=1)
+    alignment.add_argument("--max-new-tokens", type=int)
+    alignment.set_defaults(func=_run_alignment)
+
+    attention = kinds.add_parser("attention", help="per-head attention maps of one layer")
+    common(attention, model_required=True)
+    attention.add_argument("--text", required=True, help="the source sentence")
+    attention.add_argument("--target", help="target sentence fed to the decoder (default: the greedy translation)")
+    attention.add_argument("--stack", choices=STACKS, default="encoder")
+    attention.add_argument("--layer", type=int, default=-1, help="layer index, negative from the top (default -1)")
+    attention.add_argument("--head", type=int, help="one head (default: all heads in a grid)")
+    attention.set_defaults(func=_run_attention)
+
+    positions = kinds.add_parser("positions", help="sinusoidal or learned position encodings, or rotary decay")
+    common(positions, model_required=False)
+    positions.add_argument(
+        "--kind",
+        choices=("sinusoidal", "learned", "rope"),
+        help="default: the model's position_embedding_type, or sinusoidal without --model",
+    )
+    positions.add_argument("--d-model", type=int, help="sinusoidal width (default: the model's, else 128)")
+    positions.add_argument("--length", type=int, default=100, help="positions to draw (sinusoidal)")
+    positions.add_argument("--dims", type=int, nargs="+", help="dimensions drawn as curves (default 6 7 20 40)")
+    positions.add_argument("--max-positions", type=int, help="rows of a learned table to draw (default: all)")
+    positions.add_argument("--head-dim", type=int, help="rotary head size (default: the model's, else 64)")
+    positions.add_argument("--theta", type=float, help="rotary base (default: the model's rope_theta, else 10000)")
+    positions.add_argument("--max-distance", type=int, default=512, help="largest relative distance (rotary)")
+    positions.set_defaults(func=_run_positions)
+
+    masks = kinds.add_parser("masks", help="padding, causal and sliding-window masks of a batch")
+    common(masks, model_required=False)
+    masks.add_argument("--text", action="append", help="a sentence of the batch (repeat); needs a tokenizer")
+    masks.add_argument("--lengths", type=int, nargs="+", help="sentence lengths, without a tokenizer (default 8 5)")
+    masks.add_argument("--padding-side", choices=("right", "left"), default="right")
+    masks.add_argument("--sliding-window", type=int, help="window width (default: the model's sliding_window)")
+    masks.set_defaults(func=_run_masks)
+    return plot
+
+
+def _load_model(folder: Path):
+    from transformers import AutoModelForSeq2SeqLM  # our classes are registered by the package's __init__
+
+    return AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+
+
+def _load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"No tokenizer could be loaded from {folder}: pass --tokenizer FOLDER. ({error})") from error
+
+
+def _load_model_and_tokenizer(args: argparse.Namespace):
+    """The `--model` folder's model (eager attention, eval mode) and the tokenizer of `--tokenizer`, else `--model`."""
+    return _load_model(args.model), _load_tokenizer(args.tokenizer or args.model)
+
+
+def _wrote(result) -> int:
+    """Say where the picture was written; the handler's exit status."""
+    print(f"wrote {result.path}")
+    return 0
+
+
+def _run_alignment(args: argparse.Namespace) -> int:
+    model, tokenizer = _load_model_and_tokenizer(args)
+    result = cross_attention_alignment(
+        model,
+        tokenizer,
+        args.text,
+        args.output,
+        layer=args.layer,
+        head=args.head,
+        num_beams=args.num_beams,
+        max_new_tokens=args.max_new_tokens,
+    )
+    print(f"translation: {result.translation}")
+    return _wrote(result)
+
+
+def _run_attention(args: argparse.Namespace) -> int:
+    model, tokenizer = _load_model_and_tokenizer(args)
+    result = self_attention_heatmaps(
+        model,
+        tokenizer,
+        args.text,
+        args.output,
+        target_text=args.target,
+        stack=args.stack,
+        layer=args.layer,
+        head=args.head,
+    )
+    return _wrote(result)
+
+
+def _run_positions(args: argparse.Namespace) -> int:
+    model = _load_model(args.model) if args.model else None
+    config = model.config if model is not None else None
+    kind = args.kind or (config.position_embedding_type if config is not None else "sinusoidal")
+    if kind == "learned":
+        if model is None:
+            raise SystemExit("plot positions --kind learned draws a model's table: pass --model FOLDER.")
+        result = learned_position_plot(model, args.output, max_positions=args.max_positions)
+    elif kind == "rope":
+        head_dim = args.head_dim or (config.d_model // config.encoder_attention_heads if config else 64)
+        theta = args.theta or (float(config.rope_theta) if config else 10000.0)
+        result = rotary_distance_plot(args.output, head_dim=head_dim, theta=theta, max_distance=args.max_distance)
+    else:
+        d_model = args.d_model or (config.d_model if config else 128)
+        dims = args.dims or [dim for dim in (6, 7, 20, 40) if dim < d_model] or [0]
+        result = positional_encoding_plots(args.output, d_model=d_model, length=args.length, dims=dims)
+    return _wrote(result)
+
+
+def _run_masks(args: argparse.Namespace) -> int:
+    sliding_window = args.sliding_window
+    tokens = None
+    if args.model and sliding_window is None:
+        from transformers import AutoConfig
+
+        sliding_window = AutoConfig.from_pretrained(args.model).sliding_window
+    if args.text:
+        if not (args.tokenizer or args.model):
+            raise SystemExit("plot masks --text needs a tokenizer: pass --tokenizer FOLDER or --model FOLDER.")
+        tokenizer = _load_tokenizer(args.tokenizer or args.model)
+        tokenizer.padding_side = args.padding_side
+        encoded = tokenizer(args.text, padding=True, return_tensors="pt")
+        attention_mask = encoded["attention_mask"]
+        tokens = [token_labels(tokenizer, ids) for ids in encoded["input_ids"]]
+    else:
+        lengths = args.lengths or [8, 5]
+        if min(lengths) < 1:
+            raise SystemExit(f"--lengths must be positive, got {lengths}.")
+        longest = max(lengths)
+        attention_mask = torch.zeros(len(lengths), longest, dtype=torch.long)
+        for row, length in enumerate(lengths):
+            if args.padding_side == "right":
+                attention_mask[row, :length] = 1
+            else:
+                attention_mask[row, longest - length :] = 1
+    result = mask_plots(args.output, attention_mask, sliding_window=sliding_window, tokens=tokens)
+    return _wrote(result)
