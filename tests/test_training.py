@@ -15,7 +15,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
 from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments, Trainer, parse_arguments
+from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments, TrainingRun, parse_arguments
 from vanilla_transformer.training import loop as training_loop
 from vanilla_transformer.training.checkpoints import average_weights
 from vanilla_transformer.training.corpus import prepare_corpus
@@ -82,11 +82,11 @@ def test_tokenizer_trained_for_a_run_follows_the_split_punctuation_switch(corpus
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(corpus_folder, tmp_path, caplog):
     corpus = prepare_corpus(tiny_arguments(corpus_folder, tmp_path)[1])
     with caplog.at_level(logging.WARNING):
-        Trainer(*tiny_arguments(corpus_folder, tmp_path / "straight"), corpus=corpus).run()
+        TrainingRun(*tiny_arguments(corpus_folder, tmp_path / "straight"), corpus=corpus).run()
     # checkpoints store the tied weights once without a warning per save
     assert not [record for record in caplog.records if "shared tensor" in record.getMessage()]
-    Trainer(*tiny_arguments(corpus_folder, tmp_path / "split", max_steps=2), corpus=corpus).run()
-    resumed = Trainer(
+    TrainingRun(*tiny_arguments(corpus_folder, tmp_path / "split", max_steps=2), corpus=corpus).run()
+    resumed = TrainingRun(
         *tiny_arguments(corpus_folder, tmp_path / "split", resume_from_checkpoint="latest"), corpus=corpus
     )
     assert resumed.run()["train_steps"] == 4
@@ -100,7 +100,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(corpus_folder
 
 
 def test_linear_schedule_decays_to_zero_at_max_steps_and_unknown_schedules_are_refused(corpus_folder, tmp_path):
-    trainer = Trainer(*tiny_arguments(corpus_folder, tmp_path, lr_scheduler_type="linear", save_steps=0))
+    trainer = TrainingRun(*tiny_arguments(corpus_folder, tmp_path, lr_scheduler_type="linear", save_steps=0))
     peak = trainer.optimizer.param_groups[0]["initial_lr"]
     trainer.run()
     # warm-up over 2 steps, then linear decay over the remaining 2: 0 after step 4 (inverse_sqrt never is)
@@ -109,10 +109,10 @@ def test_linear_schedule_decays_to_zero_at_max_steps_and_unknown_schedules_are_r
         TrainArguments(lr_scheduler_type="cosine_restarts")
 
 
-def clocked_trainer(corpus_folder, output_dir, corpus, **overrides) -> Trainer:
+def clocked_trainer(corpus_folder, output_dir, corpus, **overrides) -> TrainingRun:
     """A trainer whose clock reads one second more at every look: a budget of 0.2 minutes lasts ~12 steps."""
     arguments = dict(max_steps=1000, warmup_steps=2, lr_scheduler_type="linear", max_train_minutes=0.2, save_steps=5)
-    trainer = Trainer(*tiny_arguments(corpus_folder, output_dir, **{**arguments, **overrides}), corpus=corpus)
+    trainer = TrainingRun(*tiny_arguments(corpus_folder, output_dir, **{**arguments, **overrides}), corpus=corpus)
     trainer.clock = itertools.count().__next__
     return trainer
 
@@ -175,7 +175,7 @@ def test_time_decay_needs_a_time_budget_and_a_schedule_that_decays():
 
 def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_folder, tmp_path):
     output = tmp_path / "run"
-    Trainer(*tiny_arguments(corpus_folder, output, num_beams=2, average_last_checkpoints=2)).run()
+    TrainingRun(*tiny_arguments(corpus_folder, output, num_beams=2, average_last_checkpoints=2)).run()
     for name in (
         "model.safetensors",
         "config.json",
@@ -202,7 +202,7 @@ def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_fo
 
 def test_best_checkpoint_folder_is_complete_and_holds_the_weights_of_the_best_step(corpus_folder, tmp_path):
     output = tmp_path / "run"
-    results = Trainer(*tiny_arguments(corpus_folder, output, num_beams=2, eval_steps=2)).run()
+    results = TrainingRun(*tiny_arguments(corpus_folder, output, num_beams=2, eval_steps=2)).run()
     best = output / "best"
     model = AutoModelForSeq2SeqLM.from_pretrained(best)
     tokenizer = AutoTokenizer.from_pretrained(best)
@@ -230,7 +230,7 @@ def test_push_to_hub_publishes_the_output_folder_with_the_hub_options(corpus_fol
         max_steps=1,
         save_steps=0,
     )
-    Trainer(*tiny_arguments(corpus_folder, tmp_path / "run", **options)).run()
+    TrainingRun(*tiny_arguments(corpus_folder, tmp_path / "run", **options)).run()
     assert pushed == {
         "folder": tmp_path / "run",
         "repo_id": "me/numbers",
@@ -240,7 +240,7 @@ def test_push_to_hub_publishes_the_output_folder_with_the_hub_options(corpus_fol
         "token": "hf_x",
     }
     with pytest.raises(ValueError, match="--push_to_hub needs --hub_repo_id"):
-        Trainer(*tiny_arguments(corpus_folder, tmp_path / "other", push_to_hub=True))
+        TrainingRun(*tiny_arguments(corpus_folder, tmp_path / "other", push_to_hub=True))
 
 
 def test_average_weights_is_the_elementwise_mean(tmp_path):
@@ -279,7 +279,7 @@ def test_shipped_recipes_parse_and_pass_config_validation(recipe, corpus_folder)
 def test_cpu_trainer_keeps_freed_memory_unless_told_not_to(keep, corpus_folder, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(training_loop, "keep_freed_memory", lambda: calls.append(True) or True)
-    Trainer(*tiny_arguments(corpus_folder, tmp_path, keep_freed_cpu_memory=keep, use_cpu=True))
+    TrainingRun(*tiny_arguments(corpus_folder, tmp_path, keep_freed_cpu_memory=keep, use_cpu=True))
     assert calls == ([True] if keep else [])
 
 
@@ -346,9 +346,9 @@ def test_two_process_ddp_matches_one_process_on_the_same_global_batch(corpus_fol
 DDP_WRAPPER_RELEASE_SCRIPT = """
 import sys, weakref
 from torch.nn.parallel import DistributedDataParallel
-from vanilla_transformer.training import Trainer, parse_arguments
+from vanilla_transformer.training import TrainingRun, parse_arguments
 
-trainer = Trainer(*parse_arguments(sys.argv[1:]))
+trainer = TrainingRun(*parse_arguments(sys.argv[1:]))
 wrapper = weakref.ref(trainer.model)
 assert isinstance(wrapper(), DistributedDataParallel), type(trainer.model)
 wrapper_alive_at_end_training = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..inference import translate
 from ..tokenization import train_tokenizer
-from ..training import DataArguments, ModelArguments, TrainArguments, Trainer
+from ..training import DataArguments, ModelArguments, TrainArguments, TrainingRun
 from .number_words import demo_splits, write_parallel_folder
 
 
@@ -72,7 +72,7 @@ def run_demo(
         train_tokenizer(sentences, vocab_size=600, min_frequency=2, split_punctuation=True).save_pretrained(
             corpus / "tokenizer"
         )
-        trainer = Trainer(*demo_arguments(corpus, output_dir, minutes, seed))
+        trainer = TrainingRun(*demo_arguments(corpus, output_dir, minutes, seed))
         results = trainer.run()
 
     model, tokenizer = trainer.unwrapped.eval(), trainer.tokenizer

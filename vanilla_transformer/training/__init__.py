@@ -3,7 +3,7 @@
 import argparse
 
 from .arguments import DataArguments, ModelArguments, TrainArguments, parse_arguments
-from .loop import Trainer, train
+from .loop import TrainingRun, train
 
 
 def add_train_subcommand(subparsers) -> argparse.ArgumentParser:
@@ -28,7 +28,7 @@ __all__ = [
     "DataArguments",
     "ModelArguments",
     "TrainArguments",
-    "Trainer",
+    "TrainingRun",
     "add_train_subcommand",
     "parse_arguments",
     "train",

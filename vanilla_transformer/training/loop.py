@@ -97,7 +97,7 @@ def wants_tensorboard(report_to: str) -> bool:
     return available
 
 
-class Trainer:
+class TrainingRun:
     """One training run. `run()` trains to max_steps (resuming if asked) and writes the output folder."""
 
     def __init__(self, model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None):
@@ -384,4 +384,4 @@ class Trainer:
 
 
 def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None) -> dict:
-    return Trainer(model_args, data_args, train_args, corpus).run()
+    return TrainingRun(model_args, data_args, train_args, corpus).run()
