@@ -13,10 +13,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments, TrainingRun, parse_arguments
 from vanilla_transformer.training import loop as training_loop
+from vanilla_transformer.training.arguments import argument_parser
 from vanilla_transformer.training.checkpoints import average_weights
 from vanilla_transformer.training.corpus import prepare_corpus
 
@@ -69,6 +71,36 @@ def tiny_arguments(corpus_folder: Path, output_dir: Path, **train_overrides):
 
 def final_weights(output_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(output_dir / "model.safetensors")
+
+
+# config fields that the tokenizer decides, or that no model of ours can change
+NOT_SWITCHES = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"}
+NOT_SWITCHES |= {"use_cache", "is_encoder_decoder"}
+
+
+def test_every_config_switch_is_a_train_flag_with_the_configs_default_and_meaning():
+    flags = {}
+    for action in argument_parser()._actions:
+        flags.setdefault(action.dest, action)  # a True boolean also has a --no_ flag
+    defaults, paper = parse_arguments([])[0], VanillaTransformerConfig()
+    switches = [name for name in VanillaTransformerConfig.__annotations__ if name not in NOT_SWITCHES]
+    assert len(switches) == 26
+    for name in switches:
+        assert name in flags, f"--{name} is not a train flag"
+        assert flags[name].help, f"--{name} has no help"
+        assert getattr(defaults, name) == getattr(paper, name), name
+
+
+def test_train_flags_reach_the_model_config(corpus_folder):
+    model_args, data_args, _ = parse_arguments(
+        ["--rope_theta", "500", "--init_std", "0.05", "--layer_norm_eps", "1e-6", "--scale_embedding", "false"]
+        + ["--label_smoothing", "0.1", "--norm_type", "rmsnorm", "--tokenizer", str(corpus_folder / "tokenizer")]
+    )
+    config = model_args.build_config(AutoTokenizer.from_pretrained(data_args.tokenizer))
+    assert (config.rope_theta, config.init_std, config.layer_norm_eps) == (500.0, 0.05, 1e-6)
+    assert config.scale_embedding is False and config.label_smoothing == 0.1 and config.norm_type == "rmsnorm"
+    with pytest.raises(SystemExit):
+        parse_arguments(["--norm_type", "batchnorm"])  # argparse names the allowed choices
 
 
 @pytest.mark.parametrize("split_punctuation", [False, True])

@@ -21,7 +21,9 @@ def _invalid(field: str, value, allowed: str) -> ValueError:
 @strict
 class VanillaTransformerConfig(PreTrainedConfig):
     r"""
-    The switches of the encoder-decoder Transformer. Defaults are the base model of Vaswani et al. (2017).
+    The switches of the encoder-decoder Transformer. Defaults are the base model of Vaswani et al. (2017), but for
+    label_smoothing: 0, so that `loss` is the plain cross-entropy that transformers' tools expect (the paper
+    trained with 0.1).
 
     Args:
         vocab_size: size of the (joint source/target) vocabulary.

@@ -9,48 +9,102 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..configuration_vanilla_transformer import (
+    ACTIVATION_FUNCTIONS,
+    NORM_PLACEMENTS,
+    NORM_TYPES,
+    POSITION_EMBEDDING_TYPES,
+    WEIGHT_INITS,
+    VanillaTransformerConfig,
+)
 from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
 
+# Config fields that are not switches: the tokenizer decides the vocabulary and the special ids, and what the model is
+# (an encoder-decoder that caches while generating) is no choice.
+NOT_FLAGS = (
+    "vocab_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "use_cache",
+    "is_encoder_decoder",
+)
+CHOICES = {
+    "activation_function": ACTIVATION_FUNCTIONS,
+    "norm_placement": NORM_PLACEMENTS,
+    "norm_type": NORM_TYPES,
+    "position_embedding_type": POSITION_EMBEDDING_TYPES,
+    "weight_init": WEIGHT_INITS,
+}
+# HfArgumentParser reads one type a flag (Optional[X] included); the config accepts ints where it wants floats
+FLAG_TYPES = {float | int: float}
 
-@dataclass
-class ModelArguments:
-    """Architecture switches; the names and meanings are those of VanillaTransformerConfig."""
 
-    d_model: int = 512
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    encoder_attention_heads: int = 8
-    decoder_attention_heads: int = 8
-    num_key_value_heads: int | None = None
-    encoder_ffn_dim: int = 2048
-    decoder_ffn_dim: int = 2048
-    activation_function: str = "relu"
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    drop_path_rate: float = 0.0
-    norm_placement: str = "post"
-    norm_type: str = "layernorm"
-    position_embedding_type: str = "sinusoidal"
-    max_position_embeddings: int = 512
-    share_encoder_decoder_embeddings: bool = True
-    tie_word_embeddings: bool = True
-    sliding_window: int | None = None
-    label_smoothing: float = 0.1
-    weight_init: str = field(default="xavier", metadata={"help": "xavier (fairseq, tensor2tensor) or normal (BART)"})
-    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2"})
+def config_field_help() -> dict[str, str]:
+    """Each field's line of the VanillaTransformerConfig docstring ("    name / other_name: text ...")."""
+    helps, current = {}, []
+    for line in (VanillaTransformerConfig.__doc__ or "").splitlines():
+        head, colon, text = line.strip().partition(": ")
+        names = [name.strip() for name in head.split("/")]
+        if colon and line.startswith(" " * 8) and not line.startswith(" " * 9) and all(n.isidentifier() for n in names):
+            current = names
+            for name in names:
+                helps[name] = text
+        elif current and line.startswith(" " * 12):
+            for name in current:
+                helps[name] += " " + line.strip()
+        else:
+            current = []
+    return helps
 
-    def build_config(self, tokenizer) -> VanillaTransformerConfig:
-        switches = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "attn_implementation"}
-        return VanillaTransformerConfig(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.bos_token_id,
-            **switches,
-        )
+
+def config_switches() -> list[tuple[str, type, dataclasses.Field]]:
+    """Every VanillaTransformerConfig field but NOT_FLAGS, with its type, default and docstring as a flag."""
+    defaults = {f.name: f.default for f in dataclasses.fields(VanillaTransformerConfig)}
+    helps = config_field_help()
+    switches = []
+    for name, annotation in VanillaTransformerConfig.__annotations__.items():
+        if name in NOT_FLAGS:
+            continue
+        metadata = {"help": helps.get(name, "")}
+        if name in CHOICES:
+            metadata["choices"] = list(CHOICES[name])
+        flag_type = FLAG_TYPES.get(annotation, annotation)
+        switches.append((name, flag_type, field(default=defaults[name], metadata=metadata)))
+    return switches
+
+
+def build_config(self, tokenizer) -> VanillaTransformerConfig:
+    """The model config: these switches, with the vocabulary and special ids of `tokenizer`."""
+    switches = {name: getattr(self, name) for name, _, _ in config_switches()}
+    return VanillaTransformerConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        **switches,
+    )
+
+
+# Derived from the config, so that every switch is a flag with the config's default and meaning.
+ModelArguments = dataclasses.make_dataclass(
+    "ModelArguments",
+    [
+        *config_switches(),
+        (
+            "attn_implementation",
+            str,
+            field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2"}),
+        ),
+    ],
+    namespace={
+        "__doc__": "The model switches: every VanillaTransformerConfig field that the tokenizer does not decide.",
+        "build_config": build_config,
+    },
+)
+ModelArguments.__module__ = __name__
 
 
 @dataclass
@@ -181,10 +235,15 @@ def read_config_file(path: str | Path) -> dict:
     return values
 
 
-def parse_arguments(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    """`--config FILE` gives the defaults; any other flag overrides them. Unknown keys in the file are an error."""
+def argument_parser() -> HfArgumentParser:
     parser = HfArgumentParser(ARGUMENT_CLASSES, prog="vanilla-transformer train")
     parser.add_argument("--config", help="a YAML or JSON file of arguments")
+    return parser
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
+    """`--config FILE` gives the defaults; any other flag overrides them. Unknown keys in the file are an error."""
+    parser = argument_parser()
     known, _ = parser.parse_known_args(argv)
     if known.config:
         values = read_config_file(known.config)
