@@ -12,20 +12,19 @@ model (d_model 512, 6+6 layers, 8 heads, FFN 2048, vocabulary 32000), plus the m
     (S, T: source and target lengths, L layers per stack, d = d_model, f = FFN width, V = vocabulary;
     embedding lookups, norms, softmax and the optimiser are not counted, as usual for MFU.)
 
-    python benchmarks/gpu.py                      # needs a CUDA device
-    python benchmarks/gpu.py --peak-tflops 989 --json gpu.json
+    python -m benchmarks.gpu                      # needs a CUDA device
+    python -m benchmarks.gpu --peak-tflops 989 --json gpu.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  (a sibling script, found through the path entry above)
+from . import speed
+from .common import Report, Row, publish
 
 H200_BF16_DENSE_TFLOPS = 989.0
 
@@ -70,7 +69,7 @@ def training_flops_per_token(args: argparse.Namespace) -> float:
     return 3 * forward_flops_per_sentence(args) / (args.src_len + args.tgt_len)
 
 
-def mfu_row(report: speed.Report) -> speed.Row:
+def mfu_row(report: Report) -> Row:
     """Training MFU in percent, per pair, from the training tokens/s row."""
     args = report.args
     training = next(row for row in report.rows if row.label == "Training")
@@ -79,18 +78,19 @@ def mfu_row(report: speed.Report) -> speed.Row:
         name: [100 * tokens_per_second * per_token / (args.peak_tflops * 1e12) for tokens_per_second in values]
         for name, values in training.samples.items()
     }
-    return speed.Row("Training MFU", "%", True, samples)
+    return Row("Training MFU", "%", True, samples)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.device != "cuda":
-        parser.error("gpu.py measures a CUDA device; use benchmarks/speed.py for the CPU")
+        parser.error("gpu.py measures a CUDA device; use python -m benchmarks.speed for the CPU")
     if not torch.cuda.is_available():
         sys.exit(
             f"gpu.py needs a CUDA device, and torch.cuda.is_available() is False here (torch {torch.__version__}, "
-            f"built for CUDA {torch.version.cuda or 'none'}). Run it on a GPU machine, or use benchmarks/speed.py."
+            f"built for CUDA {torch.version.cuda or 'none'}). Run it on a GPU machine, or use "
+            "python -m benchmarks.speed."
         )
     if args.dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
         sys.exit(f"{torch.cuda.get_device_name()} does not support bfloat16; pass --dtype float32.")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         f"(3 x forward matmuls + attention, see gpu.py) / {args.peak_tflops:g} TFLOP/s peak. Weights, gradients "
         f"and AdamW state are in {args.dtype} (no fp32 master copy) for both models."
     )
-    speed.publish(report)
+    publish(report)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ median of the per-pair ratios. Measured:
 
 With --ct2, CTranslate2's translate_batch on the same random-weight Marian (float32 and int8) is added.
 
-    python benchmarks/speed.py                      # defaults: about 3 minutes on 2 idle CPU cores
-    python benchmarks/speed.py --ct2 --json speed.json
+    python -m benchmarks.speed                      # defaults: about 3 minutes on 2 idle CPU cores
+    python -m benchmarks.speed --ct2 --json speed.json
 """
 
 from __future__ import annotations
@@ -24,18 +24,13 @@ import contextlib
 import ctypes
 import gc
 import importlib.util
-import json
 import multiprocessing
 import os
-import platform
-import shlex
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,16 +39,24 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
+from .common import Report, Row, load_average, log, machine_description, publish
+
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 DECODER_START_ID = BOS_ID
+# the same in both model configs and in the generation config
+SPECIAL_TOKEN_IDS = dict(
+    pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID, decoder_start_token_id=DECODER_START_ID
+)
 FIRST_WORD_ID = 4  # random sentences use ids from here on (3 is <unk>): never a special token
 LEARNING_RATE = 1e-4
 MEMORY_TRAIN_STEPS = 2  # the first step allocates AdamW's state, the second runs with it in place
 
 MODEL_NAMES = ("ours", "marian")
 MODEL_LABELS = {"ours": "vanilla_transformer", "marian": "Marian (HF)"}
+CT2_COMPUTE_TYPES = ("float32", "int8")  # int8 is quantised from the float32 files when loading
+# the report's columns: the two models, then CTranslate2's translators (named "ct2 float32", "ct2 int8")
+COLUMNS = {**MODEL_LABELS, **{f"ct2 {kind}": f"CTranslate2 {kind}" for kind in CT2_COMPUTE_TYPES}}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-MIB = 2**20
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -123,10 +126,7 @@ def shared_config_fields(args: argparse.Namespace) -> dict:
         scale_embedding=True,
         share_encoder_decoder_embeddings=True,
         tie_word_embeddings=True,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=DECODER_START_ID,
+        **SPECIAL_TOKEN_IDS,
     )
 
 
@@ -203,10 +203,7 @@ def generation_config(args: argparse.Namespace, num_beams: int) -> GenerationCon
         num_beams=num_beams,
         do_sample=False,
         use_cache=True,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=DECODER_START_ID,
+        **SPECIAL_TOKEN_IDS,
         forced_eos_token_id=None,
     )
 
@@ -431,7 +428,6 @@ def build_ct2_translators(args: argparse.Namespace) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as hf_dir, tempfile.TemporaryDirectory() as ct2_dir:
         save_marian_with_tokenizer(marian, ct2_vocabulary(args.vocab), hf_dir)
         ctranslate2.converters.TransformersConverter(hf_dir).convert(ct2_dir, force=True)
-        # int8 is quantised from the float32 files when loading
         return {
             f"ct2 {compute_type}": ctranslate2.Translator(
                 ct2_dir,
@@ -440,7 +436,7 @@ def build_ct2_translators(args: argparse.Namespace) -> dict[str, object]:
                 inter_threads=1,
                 intra_threads=args.threads or torch.get_num_threads(),
             )
-            for compute_type in ("float32", "int8")
+            for compute_type in CT2_COMPUTE_TYPES
         }
 
 
@@ -488,148 +484,19 @@ def ct2_measurements(args, workload: Workload) -> tuple[dict[str, dict[str, Call
 # ------------------------------------------------------------------------------------------------ results
 
 
-@dataclass
-class Row:
-    """One measured quantity: samples per candidate (aligned by pair) and how to read it."""
-
-    label: str
-    unit: str
-    higher_is_better: bool
-    samples: dict[str, list[float]]
-
-    def median(self, name: str) -> float:
-        return statistics.median(self.samples[name])
-
-    def pair_ratios(self, numerator: str = "ours", denominator: str = "marian") -> list[float]:
-        return [a / b for a, b in zip(self.samples[numerator], self.samples[denominator], strict=True)]
-
-    def ratio(self) -> float:
-        """Median of the per-pair ratios ours / Marian: drift that hits both members of a pair cancels."""
-        return statistics.median(self.pair_ratios())
-
-    def ratio_cell(self) -> str:
-        """The median ratio, with the range of the per-pair ratios when there are several pairs."""
-        ratios = self.pair_ratios()
-        spread = f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
-        return f"{self.ratio():.2f}{spread} ({'higher' if self.higher_is_better else 'lower'} is better)"
-
-
-@dataclass
-class Report:
-    args: argparse.Namespace
-    machine: dict[str, str]
-    parameters: dict[str, int]
-    rows: list[Row] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def machine_description(args: argparse.Namespace) -> dict[str, str]:
-    description = {
-        "processor": platform.processor() or platform.machine(),
-        "cpu_model": cpu_model_name(),
-        "cpu_count": str(os.cpu_count()),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "threads": str(torch.get_num_threads()),
-        "python": platform.python_version(),
-        "load_average_at_start": load_average(),
-    }
-    if args.device == "cuda":
-        description["gpu"] = torch.cuda.get_device_name()
-    return description
-
-
-def load_average() -> str:
-    """1-minute load average: above the thread count means something else competed for the cores."""
-    return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
-
-
-def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def format_value(value: float, unit: str) -> str:
-    if unit == "MiB":
-        return f"{value / MIB:,.1f}"
-    if unit == "%":
-        return f"{value:.1f}"
-    return f"{value:,.0f}"
-
-
-def render_markdown(report: Report) -> str:
-    args, machine = report.args, report.machine
-    candidates = [
-        name for name in (*MODEL_NAMES, "ct2 float32", "ct2 int8") if any(name in row.samples for row in report.rows)
-    ]
-    headers = [
-        "Measurement",
-        *(MODEL_LABELS.get(name, name.replace("ct2", "CTranslate2")) for name in candidates),
-        "ours / Marian",
-    ]
-    lines = [
-        f"### vanilla_transformer vs MarianMTModel ({args.device}, {args.dtype})",
-        "",
-        f"- Date: {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {machine['processor']} ({machine['cpu_model']}), {machine['cpu_count']} CPUs"
-        + (f", {machine['gpu']}" if "gpu" in machine else "")
-        + f", torch {machine['torch']}, transformers {machine['transformers']}, {machine['threads']} threads; "
-        f"1-min load average {machine['load_average_at_start']} at start, {machine['load_average_at_end']} at end",
-        f"- Command: `{command_line()}`",
+def setup_lines(args: argparse.Namespace, parameters: dict[str, int]) -> list[str]:
+    """The report's lines on the size of the models and the method of measuring."""
+    return [
         f"- Size: vocab {args.vocab}, d_model {args.d_model}, {args.layers}+{args.layers} layers, {args.heads} heads, "
         f"FFN {args.ffn}, post-LN, sinusoidal, ReLU, tied embeddings, {args.attn} attention; parameters: "
-        + ", ".join(f"{MODEL_LABELS[name]} {count:,}" for name, count in report.parameters.items()),
+        + ", ".join(f"{MODEL_LABELS[name]} {count:,}" for name, count in parameters.items()),
         f"- Method: median of {args.pairs} alternating pairs after {args.warmup} warm-up runs; ratio = median of "
         "per-pair ratios [lowest-highest pair]. Training: batch "
         f"{args.batch} x ({args.src_len} + {args.tgt_len}) tokens, dropout {args.dropout}, forward + backward + "
         f"AdamW, source + target tokens counted, {args.train_steps} steps per measurement. Generation: "
         f"{args.gen_batch} x {args.src_len} source tokens -> exactly {args.new_tokens} new tokens each, "
         f"{args.gen_calls} calls per measurement.",
-        "",
-        "| " + " | ".join(headers) + " |",
-        "|" + "---|" + "---:|" * (len(headers) - 1),
     ]
-    for row in report.rows:
-        cells = [format_value(row.median(name), row.unit) if name in row.samples else "" for name in candidates]
-        lines.append(f"| {row.label} ({row.unit}) | " + " | ".join(cells) + f" | {row.ratio_cell()} |")
-    lines += ["", *(f"- {note}" for note in report.notes)]
-    return "\n".join(lines)
-
-
-def command_line() -> str:
-    return " ".join(shlex.quote(part) for part in ["python", *sys.argv])
-
-
-def report_json(report: Report) -> dict:
-    return {
-        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": command_line(),
-        "machine": report.machine,
-        "arguments": {
-            key: (str(value) if isinstance(value, Path) else value) for key, value in vars(report.args).items()
-        },
-        "parameters": report.parameters,
-        "rows": [
-            {
-                **asdict(row),
-                "median": {name: row.median(name) for name in row.samples},
-                "ours_over_marian": row.ratio(),
-                "ours_over_marian_per_pair": row.pair_ratios(),
-            }
-            for row in report.rows
-        ],
-        "notes": report.notes,
-    }
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # -------------------------------------------------------------------------------------------------- main
@@ -678,7 +545,15 @@ def memory_rows(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
 def run_benchmark(args: argparse.Namespace) -> Report:
     apply_threads(args)
     models = {name: build_model(name, args) for name in MODEL_NAMES}
-    report = Report(args, machine_description(args), {name: count_parameters(m) for name, m in models.items()})
+    parameters = {name: count_parameters(model) for name, model in models.items()}
+    report = Report(
+        args,
+        machine_description(args.device),
+        parameters,
+        title=f"vanilla_transformer vs MarianMTModel ({args.device}, {args.dtype})",
+        setup=setup_lines(args, parameters),
+        columns=COLUMNS,
+    )
     log(f"parameters: {report.parameters}; threads {torch.get_num_threads()}")
     rows, notes = speed_rows(args, models, make_workload(args))
     report.rows += rows
@@ -691,14 +566,6 @@ def run_benchmark(args: argparse.Namespace) -> Report:
         report.rows += rows
         report.notes += notes
     return report
-
-
-def publish(report: Report) -> None:
-    """Print the Markdown table and, with --json, write the results."""
-    print(render_markdown(report))
-    if report.args.json:
-        report.args.json.write_text(json.dumps(report_json(report), indent=2) + "\n")
-        log(f"wrote {report.args.json}")
 
 
 def main(argv: list[str] | None = None) -> None:

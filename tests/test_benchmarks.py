@@ -1,4 +1,5 @@
-"""The speed benchmark runs end to end at a toy size and reports what it measured."""
+"""The benchmarks: the speed benchmark runs end to end at a toy size and reports what it measured; the Multi30k
+benchmark takes its languages from its config."""
 
 import json
 import statistics
@@ -7,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks import multi30k, speed
+from vanilla_transformer.training import DataArguments
 
 REPO = Path(__file__).resolve().parents[1]
 TOY_SIZE = [
@@ -19,7 +23,8 @@ TOY_SIZE = [
 def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
     report = tmp_path / "speed.json"
     completed = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "speed.py"), *TOY_SIZE, "--skip-memory", "--json", str(report)],
+        [sys.executable, "-m", "benchmarks.speed", *TOY_SIZE, "--skip-memory", "--json", str(report)],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
@@ -40,12 +45,43 @@ def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
 
 
 def test_peak_memory_of_a_phase_counts_what_the_phase_allocates():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import speed
-
     args = speed.build_parser().parse_args(TOY_SIZE)
     small = speed.phase_memory(args, "ours", "train")
     args = speed.build_parser().parse_args([*TOY_SIZE, "--batch", "512", "--src-len", "64", "--tgt-len", "64"])
     large = speed.phase_memory(args, "ours", "train")
     # 512 x 64 target tokens x 60 logits alone are 7.5 MiB in float32, kept for the backward pass
     assert large > small + 5 * 2**20
+
+
+@pytest.mark.parametrize("evaluate_only", [True, False], ids=["evaluate", "train-then-evaluate"])
+@pytest.mark.parametrize(
+    "config_text, languages",
+    [
+        ("source_lang: fr\ntarget_lang: en\n", ("fr", "en")),
+        ("seed: 2\n", (DataArguments.source_lang, DataArguments.target_lang)),
+    ],
+    ids=["config-languages", "default-languages"],
+)
+def test_multi30k_trains_and_scores_in_the_languages_of_its_config(
+    tmp_path, monkeypatch, capsys, config_text, languages, evaluate_only
+):
+    config = tmp_path / "recipe.yaml"
+    config.write_text(config_text)
+    trained, scored = [], []
+
+    def fake_train(model_args, data_args, train_args):
+        trained.append((data_args.source_lang, data_args.target_lang))
+        return {}
+
+    def fake_evaluate_folder(folder, data, source_lang, target_lang, split, num_beams, batch_size):
+        scored.append((source_lang, target_lang))
+        return {"split": split, "num_beams": num_beams, "bleu_lowercased": 1.0, "bleu": 1.0, "chrf": 1.0}
+
+    monkeypatch.setattr("vanilla_transformer.training.train", fake_train)
+    monkeypatch.setattr(multi30k, "evaluate_folder", fake_evaluate_folder)
+    evaluate = ["--evaluate", str(tmp_path / "model")] if evaluate_only else ["--output_dir", str(tmp_path / "out")]
+    multi30k.main(["--config", str(config), "--data", str(tmp_path / "data"), *evaluate])
+
+    assert scored == [languages]
+    assert trained == ([] if evaluate_only else [languages])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("| test_2016_flickr | 1.0 | 1.0 | 1.0 | 5 |")
