@@ -16,7 +16,7 @@ from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
 
 import vanilla_transformer.hub.push as hub
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.hub.model_card import save_model_card
+from vanilla_transformer.hub.model_card import ModelCardResults, save_model_card
 from vanilla_transformer.hub.push import IncompleteModelFolderError, add_push_subcommand, files_to_push, push_folder
 from vanilla_transformer.tokenization import train_tokenizer
 
@@ -42,7 +42,16 @@ MODEL_FILES = {
     "README.md",
     *CODE_FILES,
 }
-RESULTS = {"sacrebleu": 38.2, "bleu4_lowercased": 40.1, "chrf": 60.3, "split": "test_2016_flickr", "num_beams": 2}
+RESULTS = ModelCardResults(
+    source_lang="de",
+    target_lang="en",
+    dataset="bentrevett/multi30k",
+    split="test_2016_flickr",
+    num_beams=2,
+    bleu=38.2,
+    bleu_lowercased=40.1,
+    chrf=60.3,
+)
 
 
 def save_trained_folder(folder):
@@ -66,7 +75,7 @@ def save_trained_folder(folder):
     model.generation_config.max_new_tokens = 5
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    save_model_card(folder, results=RESULTS, languages=("de", "en"), dataset="bentrevett/multi30k", training={})
+    save_model_card(folder, RESULTS)
     for leftover in ("checkpoint-10/optimizer.pt", "runs/events.out", "__pycache__/x.pyc", ".cache/x", "optimizer.pt"):
         (folder / leftover).parent.mkdir(parents=True, exist_ok=True)
         (folder / leftover).write_bytes(b"leftover")
@@ -147,7 +156,7 @@ def test_push_commits_exactly_the_model_files_with_the_options(trained, hub_call
     card = ModelCard(hub_calls["files"]["README.md"].decode("utf-8"))
     assert card.data.language == ["de", "en"] and "vanilla-transformer" in card.data.tags
     assert [result.metric_value for result in card.data.eval_results] == [38.2, 40.1, 60.3]
-    assert "| SacreBLEU | 38.2 |" in card.text and "trust_remote_code=True" in card.text
+    assert "| sacreBLEU (cased, 13a) | 38.2 |" in card.text and "trust_remote_code=True" in card.text
 
 
 def test_push_defaults_use_the_stored_token_main_and_no_pr(trained, hub_calls, monkeypatch):

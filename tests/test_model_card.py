@@ -1,5 +1,6 @@
 """The model card: valid metadata with the measured results, the real figures in the text, no unfilled placeholders."""
 
+import importlib.metadata
 import json
 import socket
 from pathlib import Path
@@ -10,17 +11,24 @@ from huggingface_hub import ModelCard, ModelCardData
 
 import vanilla_transformer.hub.model_card as model_card
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.hub.model_card import find_template, render_model_card, save_model_card
+from vanilla_transformer.hub.model_card import ModelCardResults, find_template, render_model_card, save_model_card
+from vanilla_transformer.training.evaluation import corpus_scores
 
-RESULTS = {
-    "sacrebleu": 38.2,
-    "bleu4_lowercased": 40.1,
-    "chrf": 60.3,
-    "split": "test_2016_flickr",
-    "num_beams": 5,
-    "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0",
-}
-TRAINING = {"epochs": 12, "batch_tokens": 4096, "learning_rate": 7e-4, "warmup_steps": 4000, "optimizer": "Adam"}
+RESULTS = ModelCardResults(
+    source_lang="de",
+    target_lang="en",
+    dataset="bentrevett/multi30k",
+    split="test_2016_flickr",
+    num_beams=5,
+    bleu=38.2,
+    bleu_lowercased=40.1,
+    chrf=60.3,
+    steps=12000,
+    max_tokens=4096,
+    learning_rate=7e-4,
+    warmup_steps=4000,
+    lr_scheduler_type="inverse_sqrt",
+)
 
 
 def config(**overrides):
@@ -28,19 +36,11 @@ def config(**overrides):
     return VanillaTransformerConfig(**{**fields, **overrides})
 
 
-def render(**overrides):
-    arguments = dict(
-        results=RESULTS,
-        languages=("de", "en"),
-        dataset="bentrevett/multi30k",
-        training=TRAINING,
-        repo_id="me/vanilla-de-en",
-    )
-    arguments.update(overrides)
-    model_config = arguments.pop("config", None) or config(
+def render(results=RESULTS, repo_id="me/vanilla-de-en", model_config=None):
+    model_config = model_config or config(
         norm_placement="pre", position_embedding_type="rope", num_key_value_heads=2, activation_function="swiglu"
     )
-    return render_model_card(model_config, **arguments)
+    return render_model_card(model_config, results, repo_id=repo_id)
 
 
 def front_matter(text: str) -> dict:
@@ -68,7 +68,11 @@ def test_metadata_parses_and_holds_the_measured_results():
         "split": "test_2016_flickr",
     }
     scores = {metric["name"]: (metric["type"], metric["value"]) for metric in result["metrics"]}
-    assert scores == {"SacreBLEU": ("sacrebleu", 38.2), "BLEU-4 (lowercased)": ("bleu", 40.1), "chrF": ("chrf", 60.3)}
+    assert scores == {
+        "sacreBLEU (cased, 13a)": ("sacrebleu", 38.2),
+        "BLEU4 (lowercased, 13a-tokenized)": ("bleu", 40.1),
+        "chrF": ("chrf", 60.3),
+    }
 
     # huggingface_hub reads the same metadata back, model-index included
     data = ModelCard(str(card)).data
@@ -83,9 +87,9 @@ def test_metadata_parses_and_holds_the_measured_results():
 def test_the_text_carries_the_real_figures_and_no_placeholders():
     text = render().text
     assert "{{" not in text and "{%" not in text and "}}" not in text
-    for row in ("| SacreBLEU | 38.2 |", "| BLEU-4 (lowercased) | 40.1 |", "| chrF | 60.3 |"):
+    for row in ("| sacreBLEU (cased, 13a) | 38.2 |", "| BLEU4 (lowercased, 13a-tokenized) | 40.1 |", "| chrF | 60.3 |"):
         assert row in text
-    assert "test_2016_flickr" in text and "5 beams" in text and "tok:13a" in text
+    assert "test_2016_flickr" in text and "5 beams" in text
     # the architecture table from the config, beside the paper's base model
     for row in (
         "| d_model | 256 | 512 |",
@@ -98,9 +102,13 @@ def test_the_text_carries_the_real_figures_and_no_placeholders():
     ):
         assert row in text
     # the training recipe
-    for row in ("| epochs | 12 |", "| tokens per batch (source + target) | 4096 |", "| peak learning rate | 0.0007 |"):
+    for row in (
+        "| optimizer steps | 12000 |",
+        "| tokens per micro-batch and process (source + target) | 4096 |",
+        "| peak learning rate | 0.0007 |",
+    ):
         assert row in text
-    assert "| warm-up steps | 4000 |" in text and "| optimizer | Adam |" in text
+    assert "| warm-up steps | 4000 |" in text and "| learning-rate schedule | inverse_sqrt |" in text
     # usage with and without the package, for this repo
     assert 'load_for_translation("me/vanilla-de-en")' in text
     assert 'AutoModelForSeq2SeqLM.from_pretrained("me/vanilla-de-en", trust_remote_code=True)' in text
@@ -112,7 +120,7 @@ def test_the_text_carries_the_real_figures_and_no_placeholders():
 
 def test_a_card_without_results_or_hub_ids_is_still_valid():
     learned = config(position_embedding_type="learned", max_position_embeddings=256)
-    card = render(config=learned, results={}, dataset="/data/my corpus", training={}, repo_id=None)
+    card = render(ModelCardResults("de", "en", dataset="/data/my corpus"), repo_id=None, model_config=learned)
     metadata = front_matter(str(card))
     assert "model-index" not in metadata and "datasets" not in metadata  # a local path is no Hub dataset id
     assert ModelCard(str(card)).data.eval_results is None
@@ -124,8 +132,7 @@ def test_a_card_without_results_or_hub_ids_is_still_valid():
 def test_save_model_card_writes_readme_from_the_folder(tmp_path):
     config(encoder_layers=2).save_pretrained(tmp_path)
     (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 4, "max_new_tokens": 77}))
-    results = {"sacrebleu": 12.5}
-    path = save_model_card(tmp_path, results=results, languages=("en", "fr"), dataset=None, training={"steps": 10})
+    path = save_model_card(tmp_path, ModelCardResults("en", "fr", bleu=12.5, steps=10))
     assert path == tmp_path / "README.md"
     card = ModelCard.load(path)
     assert card.data.language == ["en", "fr"] and card.data.eval_results[0].metric_value == 12.5
@@ -156,6 +163,17 @@ def _hub_reachable() -> bool:
     except OSError:
         return False
     return True
+
+
+def test_jinja2_is_a_declared_dependency_so_every_output_folder_gets_its_card():
+    requirements = importlib.metadata.requires("vanilla-transformer")
+    assert any(requirement.split(">")[0].strip().lower() == "jinja2" for requirement in requirements)
+
+
+def test_the_card_names_each_score_as_the_evaluation_does():
+    scores = corpus_scores(["ein Hund läuft ."], ["ein Hund rennt ."])
+    fields = [score.name for score, _ in ModelCardResults("en", "de", **scores).rows("score")]
+    assert fields and set(fields) == set(scores)  # every score has a row, and every row is a score
 
 
 @pytest.mark.skipif(not _hub_reachable(), reason="card.validate() asks the Hub; it is not reachable")

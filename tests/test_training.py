@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -216,11 +217,19 @@ def test_output_folder_is_hub_ready_and_loads_through_the_auto_classes(corpus_fo
         "modeling_vanilla_transformer.py",
         "configuration_vanilla_transformer.py",
         "results.json",
+        "README.md",
     ):
         assert (output / name).exists(), name
     results = json.loads((output / "results.json").read_text())
     assert results["train_steps"] == 4 and results["averaged_checkpoints"] == 2
     assert {"loss", "bleu", "chrf", "bleu_lowercased"} <= set(results["validation"])
+    # the card reports what results.json holds (no test split here: the validation split is scored)
+    card = ModelCard.load(output / "README.md")
+    scores = {result.metric_name: result.metric_value for result in card.data.eval_results}
+    assert scores["BLEU4 (lowercased, 13a-tokenized)"] == results["validation"]["bleu_lowercased"]
+    assert scores["sacreBLEU (cased, 13a)"] == results["validation"]["bleu"]
+    assert card.data.eval_results[0].dataset_split == "validation"
+    assert "| optimizer steps | 4 |" in card.text and "| checkpoints averaged into the final weights | 2 |" in card.text
     model = AutoModelForSeq2SeqLM.from_pretrained(output)
     tokenizer = AutoTokenizer.from_pretrained(output)
     assert model.generation_config.num_beams == 2 and model.generation_config.max_new_tokens == 8
@@ -249,7 +258,7 @@ def test_best_checkpoint_folder_is_complete_and_holds_the_weights_of_the_best_st
 def test_push_to_hub_publishes_the_output_folder_with_the_hub_options(corpus_folder, tmp_path, monkeypatch):
     pushed = {}
     monkeypatch.setattr(
-        "vanilla_transformer.hub.push.push_folder",
+        "vanilla_transformer.training.output_folder.push_folder",
         lambda folder, repo_id, **options: pushed.update(folder=folder, repo_id=repo_id, **options),
     )
     options = dict(

@@ -1,15 +1,25 @@
-"""The model card (README.md) of a trained model folder, rendered from the Jinja template `model_card.md`.
+"""The model card (README.md) of a trained model folder, rendered from the Jinja template `model_card.md` beside
+this module. What the card reports is one typed record, `ModelCardResults`: the training loop fills it, the
+template reads it, and every field it has is a labelled row.
 
 ```python
-from vanilla_transformer.hub import save_model_card
+from vanilla_transformer.hub import ModelCardResults, save_model_card
 
 save_model_card(
     "my-model",  # the folder holding config.json; README.md is written into it
-    # the scores of the README's Multi30k run (benchmarks/multi30k.py)
-    results={"sacrebleu": 7.7, "bleu4_lowercased": 39.2, "chrf": 49.9, "split": "test_2016_flickr", "num_beams": 5},
-    languages=("en", "de"),
-    dataset="bentrevett/multi30k",
-    training={"max_steps": 4080, "batch_tokens": 4096, "learning_rate": 7e-3, "warmup_steps": 800},
+    ModelCardResults(
+        source_lang="en",
+        target_lang="de",
+        dataset="bentrevett/multi30k",
+        split="test_2016_flickr",
+        num_beams=5,
+        bleu_lowercased=40.85,  # the scores of a Multi30k run (python -m benchmarks.multi30k)
+        bleu=8.20,
+        chrf=51.57,
+        steps=6795,
+        learning_rate=7e-3,
+        warmup_steps=800,
+    ),
     repo_id="me/vanilla-transformer-en-de",
 )
 ```
@@ -17,10 +27,12 @@ save_model_card(
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import numbers
 import os
 import re
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,38 +52,52 @@ LANGUAGE_NAMES = {
     "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish",
     "uk": "Ukrainian", "zh": "Chinese",
 }  # fmt: skip
-# results keys -> (metric type on the Hub, display name); other numeric keys are listed under their own name.
-METRICS = {
-    "sacrebleu": ("sacrebleu", "SacreBLEU"),
-    "bleu": ("bleu", "BLEU"),
-    "bleu4_lowercased": ("bleu", "BLEU-4 (lowercased)"),
-    "chrf": ("chrf", "chrF"),
-    "chrf++": ("chrf", "chrF++"),
-    "ter": ("ter", "TER"),
-}
-# results keys that describe the evaluation rather than score it
-_RESULT_SETTINGS = {"split", "num_beams", "max_new_tokens", "num_sentences"}
-TRAINING_LABELS = {
-    "epochs": "epochs",
-    "steps": "optimizer steps",
-    "max_steps": "optimizer steps",
-    "batch_tokens": "tokens per batch (source + target)",
-    "batch_size": "sentence pairs per batch",
-    "gradient_accumulation_steps": "gradient accumulation steps",
-    "optimizer": "optimizer",
-    "learning_rate": "peak learning rate",
-    "lr_schedule": "learning-rate schedule",
-    "warmup_steps": "warm-up steps",
-    "weight_decay": "weight decay",
-    "max_grad_norm": "gradient clipping (max norm)",
-    "label_smoothing": "label smoothing",
-    "checkpoint_averaging": "checkpoint averaging",
-    "precision": "precision",
-    "train_sentences": "training sentence pairs",
-    "hardware": "hardware",
-    "train_time": "training time",
-    "seed": "seed",
-}
+
+
+def _score(label: str, hub_type: str):
+    return field(default=None, metadata={"section": "score", "label": label, "hub_type": hub_type})
+
+
+def _training(label: str):
+    return field(default=None, metadata={"section": "training", "label": label})
+
+
+@dataclass
+class ModelCardResults:
+    """What the card of a trained translation model reports. Unset (None) fields are left out of the card.
+
+    The scores are named as `training.evaluation.corpus_scores` names them, in results.json too.
+    """
+
+    source_lang: str
+    target_lang: str
+    dataset: str | None = None  # a Hub dataset id, or a local path (named by its folder)
+    split: str | None = None  # the split that was scored
+    num_beams: int | None = None  # beam search of the scores (and the usage example)
+
+    bleu: float | None = _score("sacreBLEU (cased, 13a)", "sacrebleu")
+    bleu_lowercased: float | None = _score("BLEU4 (lowercased, 13a-tokenized)", "bleu")
+    chrf: float | None = _score("chrF", "chrf")
+
+    steps: int | None = _training("optimizer steps")
+    max_tokens: int | None = _training("tokens per micro-batch and process (source + target)")
+    gradient_accumulation_steps: int | None = _training("gradient accumulation steps")
+    processes: int | None = _training("processes (data parallel)")
+    learning_rate: float | None = _training("peak learning rate")
+    lr_scheduler_type: str | None = _training("learning-rate schedule")
+    warmup_steps: int | None = _training("warm-up steps")
+    label_smoothing: float | None = _training("label smoothing")
+    averaged_checkpoints: int | None = _training("checkpoints averaged into the final weights")
+    train_minutes: float | None = _training("training time (minutes)")
+    machine: str | None = _training("hardware")
+
+    def rows(self, section: str) -> list[tuple[dataclasses.Field, Any]]:
+        """(field, value) of the set fields of one section ("score" or "training"), in declaration order."""
+        return [
+            (f, getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.metadata.get("section") == section and getattr(self, f.name) is not None
+        ]
 
 
 def find_template() -> Path:
@@ -84,37 +110,24 @@ def find_template() -> Path:
 
 def render_model_card(
     config: VanillaTransformerConfig,
+    results: ModelCardResults,
     *,
-    results: dict[str, Any],
-    languages: tuple[str, str],
-    dataset: str | None,
-    training: dict[str, Any],
     repo_id: str | None = None,
-    template_path: str | os.PathLike | None = None,
     generation_config: Any = None,
 ) -> ModelCard:
     """The model card of a trained model: YAML metadata (license, languages, tags, datasets, metrics and a
-    model-index with the scores in `results`) and sections on the architecture (from `config`), data and
-    training (`training`), results, usage and limitations.
-
-    `results`: scores by name ("sacrebleu", "bleu4_lowercased", "chrf", any other number) plus the settings
-    "split" and "num_beams"; strings other than those (e.g. "sacrebleu_signature") are quoted below the table.
-    `training`: the recipe, e.g. {"epochs": 10, "batch_tokens": 4096, "learning_rate": 7e-4}, shown as a table.
-    `generation_config` (a GenerationConfig or dict) supplies the beam size and length of the usage example.
-    """
-    src_lang, tgt_lang = languages
+    model-index with the scores of `results`) and sections on the architecture (from `config`), data and training,
+    results, usage and limitations. `generation_config` (a GenerationConfig or dict) supplies the beam size and
+    length of the usage example when `results` does not."""
+    src_lang, tgt_lang = results.source_lang, results.target_lang
     generation = _as_dict(generation_config)
+    dataset = results.dataset
     dataset_id = dataset if dataset and _HUB_DATASET_ID.fullmatch(dataset) and not os.path.exists(dataset) else None
     dataset_label = dataset_id or (Path(dataset).name if dataset else None)
     model_name = repo_id.split("/")[-1] if repo_id else f"vanilla-transformer-{src_lang}-{tgt_lang}"
-    split = results.get("split")
-    num_beams = results.get("num_beams") or generation.get("num_beams")
-    scores = [(key, value) for key, value in results.items() if key not in _RESULT_SETTINGS and _is_number(value)]
-    notes = [
-        (key.replace("_", " "), value)
-        for key, value in results.items()
-        if key not in _RESULT_SETTINGS and isinstance(value, str)
-    ]
+    split = results.split
+    num_beams = results.num_beams or generation.get("num_beams")
+    scores = results.rows("score")
 
     eval_results = [
         EvalResult(
@@ -123,11 +136,11 @@ def render_model_card(
             dataset_type=dataset_id or dataset_label or "custom",
             dataset_name=f"{dataset_label or 'evaluation set'} ({src_lang}-{tgt_lang})",
             dataset_split=split,
-            metric_type=METRICS.get(key, (key, key))[0],
-            metric_name=METRICS.get(key, (key, key))[1],
+            metric_type=score.metadata["hub_type"],
+            metric_name=score.metadata["label"],
             metric_value=float(value),
         )
-        for key, value in scores
+        for score, value in scores
     ]
     card_data = ModelCardData(
         language=[src_lang, tgt_lang],
@@ -142,8 +155,8 @@ def render_model_card(
     )
 
     learned = config.position_embedding_type == "learned"
-    src_name, tgt_name = (LANGUAGE_NAMES.get(code.split("_")[0].split("-")[0], code) for code in languages)
-    results_table = [(METRICS.get(key, (key, key))[1], _format(value)) for key, value in scores]
+    src_name, tgt_name = (LANGUAGE_NAMES.get(code.split("_")[0].split("-")[0], code) for code in (src_lang, tgt_lang))
+    results_table = [(score.metadata["label"], _format(value)) for score, value in scores]
     variables = {
         "model_name": model_name,
         "model_path": repo_id or "path/to/model-folder",
@@ -155,26 +168,22 @@ def render_model_card(
         "vocab_size": f"{config.vocab_size:,}",
         "architecture": architecture_rows(config),
         "dataset_text": _dataset_text(dataset_id, dataset_label),
-        "training_table": [
-            (TRAINING_LABELS.get(key, key.replace("_", " ")), _format(value)) for key, value in training.items()
-        ],
+        "training_table": [(setting.metadata["label"], _format(value)) for setting, value in results.rows("training")],
         "results_table": results_table,
-        "results_notes": notes,
         "headline": ", ".join(f"{name} {value}" for name, value in results_table),
         "eval_split_text": f"the {split} split" + (f" of {dataset_label}" if dataset_label else "")
         if split
         else (f"the test set of {dataset_label}" if dataset_label else "the test set"),
         "num_beams": num_beams,
-        "max_new_tokens": results.get("max_new_tokens") or generation.get("max_new_tokens") or 128,
+        "max_new_tokens": generation.get("max_new_tokens") or 128,
         "max_input_tokens": config.max_position_embeddings if learned else None,
         "position_text": {"sinusoidal": "sinusoidal", "rope": "rotary (RoPE)"}.get(config.position_embedding_type),
         "domain_note": _domain_note(dataset_label),
     }
-    template = Path(template_path) if template_path is not None else find_template()
     environment = jinja2.Environment(
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
     )
-    content = environment.from_string(template.read_text(encoding="utf-8")).render(
+    content = environment.from_string(find_template().read_text(encoding="utf-8")).render(
         card_data=card_data.to_yaml(), **variables
     )
     return ModelCard(content)
@@ -182,14 +191,10 @@ def render_model_card(
 
 def save_model_card(
     folder: str | os.PathLike,
+    results: ModelCardResults,
     config: VanillaTransformerConfig | None = None,
     *,
-    results: dict[str, Any],
-    languages: tuple[str, str],
-    dataset: str | None,
-    training: dict[str, Any],
     repo_id: str | None = None,
-    template_path: str | os.PathLike | None = None,
 ) -> Path:
     """Render the card of the model saved in `folder` and write it to `folder`/README.md (returned).
 
@@ -201,16 +206,7 @@ def save_model_card(
         config = VanillaTransformerConfig.from_pretrained(folder)
     generation_file = folder / "generation_config.json"
     generation = json.loads(generation_file.read_text(encoding="utf-8")) if generation_file.is_file() else None
-    card = render_model_card(
-        config,
-        results=results,
-        languages=languages,
-        dataset=dataset,
-        training=training,
-        repo_id=repo_id,
-        template_path=template_path,
-        generation_config=generation,
-    )
+    card = render_model_card(config, results, repo_id=repo_id, generation_config=generation)
     path = folder / "README.md"
     card.save(path)
     return path
@@ -322,4 +318,4 @@ def _as_dict(generation_config) -> dict[str, Any]:
     return generation_config.to_dict()
 
 
-__all__ = ["architecture_rows", "find_template", "render_model_card", "save_model_card"]
+__all__ = ["ModelCardResults", "architecture_rows", "find_template", "render_model_card", "save_model_card"]

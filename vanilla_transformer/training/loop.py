@@ -3,7 +3,6 @@ AdamW with the paper's inverse-square-root warm-up, exact resume, periodic evalu
 
 import contextlib
 import importlib.util
-import json
 import logging
 import os
 import platform
@@ -23,6 +22,7 @@ from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
 from .data import seq2seq_collator, sequence_lengths, token_budget_batches
 from .evaluation import translation_scores, validation_loss
+from .output_folder import save_model_folder, write_output_folder
 from .schedule import build_scheduler
 
 
@@ -223,7 +223,7 @@ class TrainingRun:
             if score > self.state.best_bleu:
                 self.state.best_bleu, self.state.best_step = score, self.state.step
                 # a complete folder: translate and from_pretrained load it like the final one
-                self.save_model_folder(self.unwrapped, self.output_dir / "best")
+                save_model_folder(self.unwrapped, self.tokenizer, self.output_dir / "best")
         self.accelerator.wait_for_everyone()
         return metrics
 
@@ -313,7 +313,7 @@ class TrainingRun:
                 train_seconds=round(self.state.train_seconds, 1),
                 machine=f"{platform.machine()}, {torch.get_num_threads()} threads, {self.accelerator.device}",
             )
-            self.write_output_folder(model, results)
+            write_output_folder(model, self.tokenizer, results, self.output_dir, self.data_args, self.args)
         self.accelerator.wait_for_everyone()
         self.release_ddp_wrapper()
         self.accelerator.end_training()
@@ -330,57 +330,6 @@ class TrainingRun:
         """
         self.model = self.unwrapped
         self.accelerator.free_memory()  # forgets the prepared objects and collects the wrapper's reference cycles
-
-    def save_model_folder(self, model, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
-
-    def write_output_folder(self, model, results: dict) -> None:
-        self.save_model_folder(model, self.output_dir)
-        (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        self.write_model_card(model, results)
-        if self.args.push_to_hub:
-            from ..hub.push import push_folder
-
-            push_folder(
-                self.output_dir,
-                self.args.hub_repo_id,
-                private=self.args.hub_private,
-                revision=self.args.hub_revision,
-                create_pr=self.args.hub_create_pr,
-                token=self.args.hub_token,
-            )
-
-    def write_model_card(self, model, results: dict) -> None:
-        try:
-            from ..hub.model_card import save_model_card
-        except ImportError:
-            return
-        test = results.get("test") or results.get("validation") or {}
-        save_model_card(
-            self.output_dir,
-            config=model.config,
-            results={
-                "sacrebleu": test.get("bleu"),
-                "bleu4_lowercased": test.get("bleu_lowercased"),
-                "chrf": test.get("chrf"),
-                "split": self.data_args.test_split if results.get("test") else self.data_args.validation_split,
-                "num_beams": self.args.num_beams,
-            },
-            languages=(self.data_args.source_lang, self.data_args.target_lang),
-            dataset=self.data_args.dataset,
-            training={
-                "steps": results["train_steps"],
-                "max_tokens": self.args.max_tokens,
-                "averaged_checkpoints": results["averaged_checkpoints"],
-                "train_seconds": results.get("train_seconds"),
-                "machine": results.get("machine"),
-                "label_smoothing": model.config.label_smoothing,
-                "warmup_steps": self.args.warmup_steps,
-            },
-            repo_id=self.args.hub_repo_id,
-        )
 
 
 def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None) -> dict:

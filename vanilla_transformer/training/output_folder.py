@@ -1,0 +1,61 @@
+"""The run's output folder: the model folder that translate, from_pretrained and the Hub read (weights, config,
+code files, tokenizer, generation config), results.json, and the model card of what the run measured."""
+
+import json
+from pathlib import Path
+
+from ..hub.model_card import ModelCardResults, save_model_card
+from ..hub.push import push_folder
+from .arguments import DataArguments, TrainArguments
+
+
+def save_model_folder(model, tokenizer, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def card_results(model, results: dict, data_args: DataArguments, args: TrainArguments) -> ModelCardResults:
+    """The card's record of a run: the test split's scores (the validation split's without a test split)."""
+    scored = "test" if results.get("test") else "validation"
+    scores = results.get(scored) or {}
+    seconds = results.get("train_seconds")
+    return ModelCardResults(
+        source_lang=data_args.source_lang,
+        target_lang=data_args.target_lang,
+        dataset=data_args.dataset,
+        split=data_args.test_split if scored == "test" else data_args.validation_split,
+        num_beams=args.num_beams,
+        bleu=scores.get("bleu"),
+        bleu_lowercased=scores.get("bleu_lowercased"),
+        chrf=scores.get("chrf"),
+        steps=results["train_steps"],
+        max_tokens=args.max_tokens,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        processes=results["processes"],
+        learning_rate=args.peak_learning_rate(model.config.d_model),
+        lr_scheduler_type=args.lr_scheduler_type,
+        warmup_steps=args.warmup_steps,
+        label_smoothing=model.config.label_smoothing,
+        averaged_checkpoints=results["averaged_checkpoints"],
+        train_minutes=None if seconds is None else round(seconds / 60, 1),
+        machine=results.get("machine"),
+    )
+
+
+def write_output_folder(
+    model, tokenizer, results: dict, output_dir: Path, data_args: DataArguments, args: TrainArguments
+) -> None:
+    """The model folder, results.json and README.md (the model card) in `output_dir`; pushed if asked."""
+    save_model_folder(model, tokenizer, output_dir)
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    save_model_card(output_dir, card_results(model, results, data_args, args), model.config, repo_id=args.hub_repo_id)
+    if args.push_to_hub:
+        push_folder(
+            output_dir,
+            args.hub_repo_id,
+            private=args.hub_private,
+            revision=args.hub_revision,
+            create_pr=args.hub_create_pr,
+            token=args.hub_token,
+        )
