@@ -8,7 +8,6 @@ from vanilla_transformer.demo.number_words import (
     demo_splits,
     english_words,
     german_words,
-    number_pairs,
     write_parallel_folder,
 )
 from vanilla_transformer.tokenization import read_lines
@@ -109,15 +108,20 @@ def test_every_number_has_its_own_words():
     assert len({german_words(n) for n in numbers}) == len({english_words(n) for n in numbers}) == len(numbers)
 
 
-def test_number_pairs_are_distinct_deterministic_and_cover_all_sizes():
-    pairs = number_pairs(300, seed=1)
+def drawn_pairs(count: int, seed: int, max_value: int = 999_999) -> list[tuple[str, str]]:
+    """`count` numbers drawn by demo_splits, all in its training split."""
+    return demo_splits(train_size=count, test_size=0, seed=seed, max_value=max_value)["train"]
+
+
+def test_drawn_numbers_are_distinct_deterministic_and_cover_all_sizes():
+    pairs = drawn_pairs(300, seed=1)
     assert len(pairs) == len(set(pairs)) == 300
-    assert pairs == number_pairs(300, seed=1) and pairs != number_pairs(300, seed=2)
+    assert pairs == drawn_pairs(300, seed=1) and pairs != drawn_pairs(300, seed=2)
     lengths = {len(english.split()) for english, _ in pairs}
     assert 1 in lengths and max(lengths) >= 6  # one-word numbers and long six-digit ones
-    assert all((english_words(n), german_words(n)) in set(number_pairs(10, seed=0, max_value=9)) for n in range(10))
+    assert all((english_words(n), german_words(n)) in set(drawn_pairs(10, seed=0, max_value=9)) for n in range(10))
     with pytest.raises(ValueError, match="distinct"):
-        number_pairs(11, seed=0, max_value=9)
+        drawn_pairs(11, seed=0, max_value=9)
 
 
 def test_demo_splits_are_disjoint_sized_and_deterministic():

@@ -158,23 +158,15 @@ def _sample_numbers(count: int, rng: random.Random, max_value: int) -> list[int]
     return numbers
 
 
-def number_pairs(count: int, seed: int, max_value: int = 999_999) -> list[tuple[str, str]]:
-    """`count` distinct random numbers in 0..max_value as (english, german) pairs; the same seed gives the same pairs.
-
-    The number of digits is uniform over 1..len(str(max_value)), then the number is uniform among those with that
-    many digits, so one-digit numbers are as likely as six-digit ones.
-    """
-    numbers = _sample_numbers(count, random.Random(seed), max_value)
-    return [(english_words(n), german_words(n)) for n in numbers]
-
-
 def demo_splits(
     train_size: int = 20000, test_size: int = 500, seed: int = 0, max_value: int = 999_999
 ) -> dict[str, list[tuple[str, str]]]:
     """Disjoint "train", "validation" and "test" splits of (english, german) pairs; validation has test_size pairs.
 
-    All numbers are drawn together (distinct, as in `number_pairs`), shuffled and then cut, so no number is in two
-    splits (held-out numbers are truly unseen) and each split has the same distribution of sizes.
+    All numbers are drawn together, distinct, from 0..max_value: the number of digits is uniform over
+    1..len(str(max_value)), then the number is uniform among those with that many digits, so one-digit numbers are as
+    likely as six-digit ones. They are shuffled and then cut, so no number is in two splits (held-out numbers are
+    truly unseen) and each split has the same distribution of sizes.
     """
     train_size, test_size = operator.index(train_size), operator.index(test_size)
     if train_size < 0 or test_size < 0:

@@ -46,9 +46,9 @@ def tokenize(dataset: datasets.Dataset, tokenizer, args: DataArguments, keep_tex
     return encoded.remove_columns([c for c in ("attention_mask",) if c in encoded.column_names])
 
 
-def prepare_corpus(args: DataArguments, tokenizer=None) -> Corpus:
+def prepare_corpus(args: DataArguments) -> Corpus:
     train_text = load_split(args, args.train_split)
-    tokenizer = tokenizer or obtain_tokenizer(args, train_text)
+    tokenizer = obtain_tokenizer(args, train_text)
     train = tokenize(train_text, tokenizer, args, keep_text=False)
     train = filter_by_length(train, max_len=max(args.max_source_length, args.max_target_length))
     validation = tokenize(load_split(args, args.validation_split), tokenizer, args, keep_text=True)

@@ -148,63 +148,41 @@ def _load_hub(dataset_id: str, languages: tuple[str, str], split: str, name: str
     return dataset.select_columns(list(languages))
 
 
-def sequence_lengths(
-    dataset: datasets.Dataset, columns: Sequence[str] = ("input_ids", "labels")
-) -> list[tuple[int, ...]]:
-    """The token counts of each example's `columns`, computed in Arrow without loading the ids into Python."""
+def sequence_lengths(dataset: datasets.Dataset) -> list[tuple[int, int]]:
+    """The (source, target) token counts of each example, computed in Arrow without loading the ids into Python."""
     table = dataset.with_format("arrow")
-    per_column = [pc.list_value_length(table[column]).to_pylist() for column in columns]
+    per_column = [pc.list_value_length(table[column]).to_pylist() for column in ("input_ids", "labels")]
     return list(zip(*per_column, strict=True))
 
 
-def filter_by_length(
-    examples: datasets.Dataset | Sequence[tuple[Sequence[int], Sequence[int]]],
-    max_len: int,
-    min_len: int = 1,
-    columns: Sequence[str] = ("input_ids", "labels"),
-):
-    """Keep the examples whose source and target both have `min_len` to `max_len` tokens.
-
-    `examples` is a tokenized `Dataset` (lengths read from `columns`) or a list of (source ids, target ids) pairs;
-    the result has the same type.
-    """
-    if isinstance(examples, datasets.Dataset):
-        keep = [i for i, lengths in enumerate(sequence_lengths(examples, columns)) if _fits(lengths, min_len, max_len)]
-        return examples.select(keep)  # an index mapping, no copy and no cache file
-    return [pair for pair in examples if _fits(tuple(map(len, pair)), min_len, max_len)]
-
-
-def _fits(lengths: tuple[int, ...], min_len: int, max_len: int) -> bool:
-    return all(min_len <= length <= max_len for length in lengths)
+def filter_by_length(dataset: datasets.Dataset, max_len: int, min_len: int = 1) -> datasets.Dataset:
+    """Keep the examples of a tokenized `Dataset` whose source and target both have `min_len` to `max_len` tokens."""
+    keep = [
+        index
+        for index, lengths in enumerate(sequence_lengths(dataset))
+        if all(min_len <= length <= max_len for length in lengths)
+    ]
+    return dataset.select(keep)  # an index mapping, no copy and no cache file
 
 
 def token_budget_batches(
-    lengths: Sequence[int] | Sequence[Sequence[int]],
-    max_tokens: int,
-    shuffle_seed: int | None = None,
-    bucket_size: int | None = None,
+    lengths: Sequence[int] | Sequence[Sequence[int]], max_tokens: int, shuffle_seed: int | None = None
 ) -> list[list[int]]:
     """Group example indices into batches of similar length whose padded size stays within `max_tokens`.
 
     `lengths` holds one length per example, or one (source, target) pair of lengths, of which the longer counts.
     As in fairseq, indices are sorted by length and batched greedily so that `len(batch) * longest <= max_tokens`;
     an example longer than `max_tokens` becomes a batch of its own. With `shuffle_seed`, ties in length are broken
-    at random and the order of the batches is shuffled, both reproducibly. With `bucket_size`, indices are only
-    sorted within consecutive buckets of that many examples (after the seeded shuffle), so that the batches
-    themselves change from seed to seed. Every index appears in exactly one batch.
+    at random and the order of the batches is shuffled, both reproducibly. Every index appears in exactly one batch.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    if bucket_size is not None and bucket_size < 1:
-        raise ValueError(f"bucket_size must be positive, got {bucket_size}")
     sizes = [int(length) if isinstance(length, numbers.Integral) else max(length) for length in lengths]
     order = list(range(len(sizes)))
     rng = random.Random(shuffle_seed)
     if shuffle_seed is not None:
         rng.shuffle(order)
-    step = bucket_size or max(len(order), 1)
-    buckets = [sorted(order[start : start + step], key=sizes.__getitem__) for start in range(0, len(order), step)]
-    order = [index for bucket in buckets for index in bucket]
+    order.sort(key=sizes.__getitem__)  # stable: equal lengths keep the shuffled order
 
     batches: list[list[int]] = []
     batch: list[int] = []
@@ -223,13 +201,9 @@ def token_budget_batches(
     return batches
 
 
-def seq2seq_collator(
-    tokenizer: PreTrainedTokenizerBase, model=None, pad_to_multiple_of: int | None = None
-) -> DataCollatorForSeq2Seq:
+def seq2seq_collator(tokenizer: PreTrainedTokenizerBase, model=None) -> DataCollatorForSeq2Seq:
     """Pad tokenized examples into tensors: input_ids with the pad id (0), attention_mask, labels with -100.
 
     Given the model, the collator also builds `decoder_input_ids` from the labels.
     """
-    return DataCollatorForSeq2Seq(
-        tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt"
-    )
+    return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")

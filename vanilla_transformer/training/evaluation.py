@@ -3,6 +3,7 @@
 import sacrebleu
 import torch
 
+from ..inference.translate import translate
 from .data import sequence_lengths, token_budget_batches
 
 
@@ -33,10 +34,6 @@ def validation_loss(model, dataset, collator, max_tokens: int, device) -> float:
 
 
 def translation_scores(model, tokenizer, dataset, source_lang: str, target_lang: str, **translate_options):
-    from ..inference.translate import translate
-
-    was_training = model.training
-    model.eval()
+    """corpus_scores of the translations of a split's source column (translate() evaluates in eval mode)."""
     hypotheses = translate(model, tokenizer, list(dataset[source_lang]), **translate_options)
-    model.train(was_training)
-    return corpus_scores(hypotheses, list(dataset[target_lang])), hypotheses
+    return corpus_scores(hypotheses, list(dataset[target_lang]))

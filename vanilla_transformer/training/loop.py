@@ -201,7 +201,7 @@ class TrainingRun:
         if limit is not None:
             dataset = dataset.select(range(min(limit, len(dataset))))
         loss = validation_loss(model, dataset, self.collator, self.args.max_tokens, self.accelerator.device)
-        scores, _ = translation_scores(
+        scores = translation_scores(
             model,
             self.tokenizer,
             dataset,
@@ -332,5 +332,5 @@ class TrainingRun:
         self.accelerator.free_memory()  # forgets the prepared objects and collects the wrapper's reference cycles
 
 
-def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None) -> dict:
-    return TrainingRun(model_args, data_args, train_args, corpus).run()
+def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments) -> dict:
+    return TrainingRun(model_args, data_args, train_args).run()

@@ -94,7 +94,6 @@ def generation_cross_attentions(
     *,
     num_beams: int = 1,
     max_new_tokens: int | None = None,
-    **generate_kwargs,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Generate with eager attention and gather, for each sentence, the cross-attention behind each generated token.
 
@@ -104,8 +103,6 @@ def generation_cross_attentions(
     search each row is taken from the beam that step belonged to on the path of the returned hypothesis
     (`beam_indices`). Columns are the (padded) source positions; padded ones get weight 0.
     """
-    if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise ValueError("generation_cross_attentions returns one sequence per sentence: num_return_sequences=1.")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     with eager_attention(model), torch.no_grad():
@@ -116,7 +113,6 @@ def generation_cross_attentions(
             max_new_tokens=_max_new_tokens(model, input_ids, max_new_tokens),
             output_attentions=True,
             return_dict_in_generate=True,
-            **generate_kwargs,
         )
     beam_indices = getattr(output, "beam_indices", None)
     eos_token_id = model.generation_config.eos_token_id

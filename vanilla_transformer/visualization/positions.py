@@ -119,31 +119,34 @@ def learned_position_plot(model, output_path: str | Path | None, *, max_position
     return PositionPlot(figure, axes, path, encodings)
 
 
+# random query/key vectors whose mean score the rotary picture draws
+RANDOM_VECTORS = 256
+
+
 def rotary_distance_plot(
     output_path: str | Path | None,
     *,
     head_dim: int = 64,
     theta: float = 10000.0,
     max_distance: int = 512,
-    samples: int = 256,
-    seed: int = 0,
 ) -> RotaryPlot:
     """What rotary embedding does to q . k as the query moves `d` positions past the key, for d in 0..max_distance.
 
     Scores are divided by the unrotated q . k. "all-ones": q = k = (1, ..., 1), i.e. the mean of cos(d theta_i)
     over the rotation pairs, the long-range decay of RoFormer; "random": q = k drawn from a standard normal,
-    `samples` of them, mean and one standard deviation. A second panel shows cos(d theta_i) for every pair.
+    RANDOM_VECTORS of them (seeded), mean and one standard deviation. A second panel shows cos(d theta_i) for every
+    pair.
     """
     if head_dim < 2 or head_dim % 2:
         raise ValueError(f"head_dim must be even and at least 2, got {head_dim}.")
-    if max_distance < 1 or samples < 1:
-        raise ValueError(f"max_distance and samples must be positive, got {max_distance} and {samples}.")
+    if max_distance < 1:
+        raise ValueError(f"max_distance must be positive, got {max_distance}.")
     distances = np.arange(max_distance + 1)
     cos, sin = RotaryEmbedding(head_dim, theta)(0, max_distance + 1, torch.device("cpu"), torch.float64)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(0)
     vectors = {
         "all-ones": torch.ones(1, head_dim, dtype=torch.float64),
-        "random": torch.randn(samples, head_dim, generator=generator, dtype=torch.float64),
+        "random": torch.randn(RANDOM_VECTORS, head_dim, generator=generator, dtype=torch.float64),
     }
     scores = {}
     for name, key in vectors.items():
@@ -156,7 +159,7 @@ def rotary_distance_plot(
     random_mean, random_std = scores["random"], scores["random std"]
     curves = Curves(
         distances,
-        [("q = k = all ones", scores["all-ones"]), (f"q = k random, mean of {samples}", random_mean)],
+        [("q = k = all ones", scores["all-ones"]), (f"q = k random, mean of {RANDOM_VECTORS}", random_mean)],
         title="relative score",
         x_title="relative distance d (query position - key position)",
         y_title="rotated q.k / q.k",
