@@ -135,14 +135,24 @@ class TransformerStack(nn.Module):
     def rotary_tables(self, start: int, length: int, like: torch.Tensor):
         return self.rotary(start, length, like.device, like.dtype) if self.rotary is not None else None
 
-    def final(self, hidden_states: torch.Tensor, all_hidden_states: tuple | None):
-        """The stack's output, and the collected hidden states ending with it."""
-        if self.final_norm is None:
-            return hidden_states, all_hidden_states
-        hidden_states = self.final_norm(hidden_states)
-        if all_hidden_states is not None:
-            all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
-        return hidden_states, all_hidden_states
+    def run_layers(self, hidden_states, layer_args: tuple, layer_kwargs: dict, output_hidden_states, output_attentions):
+        """The N layers, then the Pre-LN final norm. Returns the stack's output; the hidden states (the embeddings,
+        then each layer's output, the last one normalised like the output) or None; and for each attention of a
+        layer (self; or self and cross) a tuple of every layer's weights, or None."""
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_weights = None
+        for layer in self.layers:
+            hidden_states, *weights = layer(hidden_states, *layer_args, **layer_kwargs)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_weights = all_weights or [()] * len(weights)
+                all_weights = [earlier + (new,) for earlier, new in zip(all_weights, weights, strict=True)]
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+            if all_hidden_states is not None:
+                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        return hidden_states, all_hidden_states, all_weights
 
 
 class VanillaTransformerEncoder(TransformerStack):
@@ -172,17 +182,12 @@ class VanillaTransformerEncoder(TransformerStack):
             and_mask_function=local_window(self.config.sliding_window) if self.config.sliding_window else None,
         )
 
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for layer in self.layers:
-            hidden_states, weights = layer(hidden_states, mask, rotary=rotary, **kwargs)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-        hidden_states, all_hidden_states = self.final(hidden_states, all_hidden_states)
+        hidden_states, all_hidden_states, weights = self.run_layers(
+            hidden_states, (mask,), dict(rotary=rotary, **kwargs), output_hidden_states, output_attentions
+        )
+        (self_attentions,) = weights or (None,)
         return BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=self_attentions
         )
 
 
@@ -229,30 +234,19 @@ class VanillaTransformerDecoder(TransformerStack):
             encoder_hidden_states=encoder_hidden_states,
         )
 
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_self_attentions = () if output_attentions else None
-        all_cross_attentions = () if output_attentions else None
-        for layer in self.layers:
-            hidden_states, self_weights, cross_weights = layer(
-                hidden_states,
-                causal_mask,
-                encoder_hidden_states,  # positional, so gradient checkpointing sees it
-                encoder_attention_mask=cross_mask,
-                rotary=rotary,
-                cache=cache,
-                **kwargs,
-            )
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_self_attentions += (self_weights,)
-                all_cross_attentions += (cross_weights,)
-        hidden_states, all_hidden_states = self.final(hidden_states, all_hidden_states)
+        hidden_states, all_hidden_states, weights = self.run_layers(
+            hidden_states,
+            (causal_mask, encoder_hidden_states),  # positional, so gradient checkpointing sees the encoder output
+            dict(encoder_attention_mask=cross_mask, rotary=rotary, cache=cache, **kwargs),
+            output_hidden_states,
+            output_attentions,
+        )
+        self_attentions, cross_attentions = weights or (None, None)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
             hidden_states=all_hidden_states,
-            attentions=all_self_attentions,
-            cross_attentions=all_cross_attentions,
+            attentions=self_attentions,
+            cross_attentions=cross_attentions,
             **{CACHE_FIELD: cache},
         )
 
