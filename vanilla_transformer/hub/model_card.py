@@ -31,7 +31,6 @@ import dataclasses
 import json
 import numbers
 import os
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -42,10 +41,10 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from .push import HUB_ID
 
 TEMPLATE_NAME = "model_card.md"
 TAGS = ["translation", "transformer", "vanilla-transformer"]
-_HUB_DATASET_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
     "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
@@ -122,7 +121,7 @@ def render_model_card(
     src_lang, tgt_lang = results.source_lang, results.target_lang
     generation = _as_dict(generation_config)
     dataset = results.dataset
-    dataset_id = dataset if dataset and _HUB_DATASET_ID.fullmatch(dataset) and not os.path.exists(dataset) else None
+    dataset_id = dataset if dataset and HUB_ID.fullmatch(dataset) and not os.path.exists(dataset) else None
     dataset_label = dataset_id or (Path(dataset).name if dataset else None)
     model_name = repo_id.split("/")[-1] if repo_id else f"vanilla-transformer-{src_lang}-{tgt_lang}"
     split = results.split

@@ -11,11 +11,16 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
 from transformers.dynamic_module_utils import get_relative_imports
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+# a Hub repo id, model or dataset: "name" or "owner/name"
+HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
 
 # Files of another tokenizer format that stand in for tokenizer.json.
 _TOKENIZER_VOCABULARIES = ("tokenizer.json", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
@@ -43,12 +48,12 @@ def missing_model_files(folder: str | os.PathLike) -> list[str]:
     remote-code files auto_map names and those they import, and the tokenizer."""
     folder = Path(folder)
     missing = []
-    index = folder / "model.safetensors.index.json"
+    index = folder / SAFE_WEIGHTS_INDEX_NAME
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
         missing += [shard for shard in shards if not (folder / shard).is_file()]
-    elif not (folder / "model.safetensors").is_file():
-        missing.append("model.safetensors")
+    elif not (folder / SAFE_WEIGHTS_NAME).is_file():
+        missing.append(SAFE_WEIGHTS_NAME)
 
     config_file = folder / "config.json"
     if not config_file.is_file():

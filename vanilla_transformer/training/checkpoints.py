@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
 
@@ -66,10 +67,10 @@ def average_weights(folders: list[Path]) -> dict[str, torch.Tensor]:
         raise ValueError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
     for folder in folders:
-        weights_file = folder / "model.safetensors"
+        weights_file = folder / SAFE_WEIGHTS_NAME
         if not weights_file.exists():
             raise FileNotFoundError(f"{weights_file} is missing: the checkpoint is incomplete")
         for name, tensor in load_file(weights_file).items():
             total[name] = total[name] + tensor.double() if name in total else tensor.double()
-    reference = load_file(folders[-1] / "model.safetensors")
+    reference = load_file(folders[-1] / SAFE_WEIGHTS_NAME)
     return {name: (summed / len(folders)).to(reference[name].dtype) for name, summed in total.items()}

@@ -15,6 +15,7 @@ import datasets
 import pyarrow.compute as pc
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
+from ..hub.push import HUB_ID
 from ..tokenization import open_text, read_lines
 
 # `{split}.{lang}[.gz]`, e.g. train.de.gz or test_2016_flickr.en; a language code is like "de", "pt_br", "zh-Hans".
@@ -23,7 +24,6 @@ _TEXT_FILE = re.compile(r"(?P<split>.+?)\.(?P<lang>[a-z]{2,3}(?:[_-][A-Za-z]{2,4
 _NOT_LANGUAGES = {"md", "txt", "rst", "py", "sh", "csv", "tsv", "yml", "cfg", "ini", "log", "tar", "zip", "bz2", "xz"}
 _TABLE_FILE = re.compile(r"(?P<split>.+)\.(?P<format>jsonl|csv)(?:\.gz)?")
 _LOCAL_SUFFIXES = {".gz", ".jsonl", ".json", ".csv", ".tsv", ".txt"}
-_HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
 
 
 def load_parallel(
@@ -48,7 +48,7 @@ def load_parallel(
     if path.is_file():
         return _load_table(path, languages)
     # A Hub id is "name" or "owner/name"; anything else that names no existing path is a missing local one.
-    if isinstance(source, os.PathLike) or path.suffix in _LOCAL_SUFFIXES or not _HUB_ID.fullmatch(str(source)):
+    if isinstance(source, os.PathLike) or path.suffix in _LOCAL_SUFFIXES or not HUB_ID.fullmatch(str(source)):
         raise FileNotFoundError(f"{source}: no such file or folder")
     return _load_hub(str(source), languages, split, name)
 
