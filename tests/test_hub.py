@@ -5,17 +5,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 import uuid
 
 import pytest
 import torch
+from helpers import run_without_our_package, tiny_config, tiny_model
 from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
 
 import vanilla_transformer.hub.push as hub
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.hub.model_card import ModelCardResults, save_model_card
 from vanilla_transformer.hub.push import IncompleteModelFolderError, add_push_subcommand, files_to_push, push_folder
 from vanilla_transformer.tokenization import train_tokenizer
@@ -57,20 +54,7 @@ RESULTS = ModelCardResults(
 def save_trained_folder(folder):
     """What training leaves: model, tokenizer, generation config, card, and leftovers that must not be pushed."""
     tokenizer = train_tokenizer(CORPUS, vocab_size=300)
-    config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        norm_placement="pre",
-        position_embedding_type="rope",
-    )
-    torch.manual_seed(0)
-    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model = tiny_model(tiny_config(vocab_size=len(tokenizer), norm_placement="pre", position_embedding_type="rope"))
     model.generation_config.num_beams = 2
     model.generation_config.max_new_tokens = 5
     model.save_pretrained(folder)
@@ -217,16 +201,8 @@ def test_an_incomplete_folder_is_refused_before_any_network_call(trained, tmp_pa
     assert files_to_push(trained[0]) == sorted(MODEL_FILES)
 
 
-CHILD = textwrap.dedent(
-    """
-    import importlib.abc, json, sys
-
-    class BlockOurPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.startswith("vanilla_transformer"):
-                raise ImportError("vanilla_transformer is deliberately not importable here")
-
-    sys.meta_path.insert(0, BlockOurPackage())
+CHILD = """
+    import json, sys
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
     folder, sentences = sys.argv[1], json.loads(sys.argv[2])
@@ -245,27 +221,11 @@ CHILD = textwrap.dedent(
         "text": tokenizer.batch_decode(generated, skip_special_tokens=True),
     }))
     """
-)
 
 
 def test_a_saved_folder_loads_in_a_fresh_process_without_our_package(trained, tmp_path):
     folder, model, tokenizer = trained
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(folder), json.dumps(SENTENCES)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HF_HUB_OFFLINE": "1",
-            "HF_MODULES_CACHE": str(tmp_path / "modules"),
-            "HF_HOME": str(tmp_path / "hf_home"),
-            "HOME": str(tmp_path),
-        },
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    child = json.loads(result.stdout.strip().splitlines()[-1])
+    child = run_without_our_package(CHILD, str(folder), json.dumps(SENTENCES), cwd=tmp_path)
     assert child["classes"] == [
         "VanillaTransformerConfig",
         "VanillaTransformerModel",

@@ -1,7 +1,7 @@
 """The model learns, and learns the same way through transformers' Trainer with gradient accumulation."""
 
 import torch
-from conftest import BOS, EOS, tiny_config, tiny_model
+from helpers import BOS, EOS, VOCAB, tiny_config, tiny_model
 from transformers import Trainer, TrainingArguments
 
 
@@ -13,7 +13,7 @@ def reversal_batch(count: int, length: int, seed: int) -> tuple[torch.Tensor, to
 
 
 def test_tiny_model_learns_to_reverse_sequences():
-    config = tiny_config(vocab_size=13, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0)
+    config = tiny_config(vocab_size=13, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64)
     model = tiny_model(config).train()
     source, target = reversal_batch(16, 5, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, betas=(0.9, 0.98))
@@ -37,8 +37,8 @@ class RaggedDataset(torch.utils.data.Dataset):
 
     def __init__(self):
         generator = torch.Generator().manual_seed(0)
-        self.source = torch.randint(3, 40, (8, 6), generator=generator)
-        self.labels = torch.randint(3, 40, (8, 7), generator=generator)
+        self.source = torch.randint(3, VOCAB, (8, 6), generator=generator)
+        self.labels = torch.randint(3, VOCAB, (8, 7), generator=generator)
         for row, real_tokens in enumerate((7, 2, 5, 1, 6, 3, 7, 4)):
             self.labels[row, real_tokens:] = -100
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import BOS, EOS, PAD, VOCAB, random_tokens, tiny_config, tiny_model
+from helpers import BOS, EOS, PAD, VOCAB, assert_eager_and_sdpa_agree, random_tokens, tiny_config, tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 from vanilla_transformer import (
@@ -127,16 +127,10 @@ def test_sliding_window_generation_keeps_the_whole_source_in_cross_attention():
 
 
 def test_sliding_window_masks_agree_between_eager_and_sdpa():
-    sdpa = tiny_model(tiny_config(sliding_window=3), attn_implementation="sdpa")
-    eager = tiny_model(tiny_config(sliding_window=3), attn_implementation="eager")
-    eager.load_state_dict(sdpa.state_dict())
     source, target = random_tokens(2, 9, seed=0), random_tokens(2, 7, seed=1)
     mask = torch.ones_like(source)
     mask[1, 6:] = 0
-    with torch.no_grad():
-        expected = eager(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
-        actual = sdpa(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
-    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+    assert_eager_and_sdpa_agree(tiny_config(sliding_window=3), source, target, mask)
 
 
 def test_output_attentions_and_hidden_states_from_every_stack():

@@ -1,23 +1,12 @@
 """A saved folder loads through the Auto classes with trust_remote_code=True where our package cannot be imported."""
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import torch
-from conftest import random_tokens, tiny_config, tiny_model
+from helpers import random_tokens, run_without_our_package, tiny_config, tiny_model
 
-CHILD = textwrap.dedent(
-    """
-    import importlib.abc, sys
-
-    class BlockOurPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "vanilla_transformer":
-                raise ImportError("vanilla_transformer is deliberately not importable here")
-
-    sys.meta_path.insert(0, BlockOurPackage())
+CHILD = """
+    import json, sys
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
@@ -31,9 +20,13 @@ CHILD = textwrap.dedent(
         hidden = base(**inputs).last_hidden_state
     generated = model.generate(input_ids=inputs["input_ids"], max_new_tokens=5, min_new_tokens=5, num_beams=2)
     torch.save({"logits": logits, "hidden": hidden, "generated": generated}, folder + "/child.pt")
-    print(type(config).__module__, type(base).__name__, type(model).__module__, "vanilla_transformer" in sys.modules)
+    print(json.dumps({
+        "config_module": type(config).__module__,
+        "base_name": type(base).__name__,
+        "model_module": type(model).__module__,
+        "ours_imported": "vanilla_transformer" in sys.modules,
+    }))
     """
-)
 
 
 def test_saved_folder_loads_without_our_package(tmp_path):
@@ -47,23 +40,10 @@ def test_saved_folder_loads_without_our_package(tmp_path):
     for code_file in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py", "attention.py"):
         assert (tmp_path / code_file).exists()
 
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HF_HUB_OFFLINE": "1",
-            "HF_MODULES_CACHE": str(tmp_path / "modules"),
-            "HOME": str(tmp_path),
-        },
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    config_module, base_name, model_module, imported_ours = result.stdout.split()
-    assert config_module.startswith("transformers_modules") and model_module.startswith("transformers_modules")
-    assert base_name == "VanillaTransformerModel" and imported_ours == "False"
+    result = run_without_our_package(CHILD, str(tmp_path), cwd=tmp_path)
+    assert result["config_module"].startswith("transformers_modules")
+    assert result["model_module"].startswith("transformers_modules")
+    assert result["base_name"] == "VanillaTransformerModel" and result["ours_imported"] is False
 
     child = torch.load(tmp_path / "child.pt")
     with torch.no_grad():

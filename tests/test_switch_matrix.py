@@ -1,7 +1,7 @@
 """Behaviour that must hold for every combination of norm placement, positions, norm type, kv heads and FFN."""
 
 import torch
-from conftest import BOS, PAD, config_for, random_tokens, tiny_model
+from helpers import BOS, PAD, assert_eager_and_sdpa_agree, config_for, random_tokens, tiny_model
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 
@@ -93,14 +93,7 @@ def test_save_and_load_give_identical_logits(switches, tmp_path):
 
 
 def test_eager_and_sdpa_agree(switches):
-    sdpa = tiny_model(config_for(switches), attn_implementation="sdpa")
-    eager = tiny_model(config_for(switches), attn_implementation="eager")
-    eager.load_state_dict(sdpa.state_dict())
-    assert sdpa.config._attn_implementation == "sdpa" and eager.config._attn_implementation == "eager"
     source, target = random_tokens(2, 6, seed=12), random_tokens(2, 5, seed=13)
     mask = torch.ones_like(source)
     mask[0, 3:] = 0
-    with torch.no_grad():
-        expected = eager(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
-        actual = sdpa(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
-    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+    assert_eager_and_sdpa_agree(config_for(switches), source, target, mask)

@@ -4,12 +4,11 @@ import argparse
 import gzip
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import pytest
+from helpers import run_without_our_package
 from transformers import AutoTokenizer
 
 from vanilla_transformer.tokenization import add_tokenizer_subcommand, iter_lines, train_tokenizer
@@ -109,22 +108,24 @@ def test_missing_training_file_is_named(tmp_path):
         train_tokenizer([present, tmp_path / "absent.txt"])
 
 
+LOAD_AND_ENCODE = """
+    import json, sys
+    from transformers import AutoTokenizer
+
+    folder, sources, targets = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    batch = tokenizer(sources, text_target=targets)
+    print(json.dumps({"batch": dict(batch), "ours_imported": "vanilla_transformer" in sys.modules}))
+    """
+
+
 def test_saved_tokenizer_loads_in_a_fresh_process_without_our_package(tokenizer, tmp_path):
     sources, targets = [*SENTENCES[:2], UNSEEN_CHARACTERS], [*SENTENCES[2:], UNSEEN_CHARACTERS]
     tokenizer.save_pretrained(tmp_path)
     assert "auto_map" not in json.loads((tmp_path / "tokenizer_config.json").read_text())
-    script = f"""
-import json, sys
-from transformers import AutoTokenizer
-tokenizer = AutoTokenizer.from_pretrained({str(tmp_path)!r})
-batch = tokenizer({sources!r}, text_target={targets!r})
-print(json.dumps({{"batch": dict(batch), "ours_imported": "vanilla_transformer" in sys.modules}}))
-"""
-    result = subprocess.run(
-        [sys.executable, "-c", script], check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120
+    loaded = run_without_our_package(
+        LOAD_AND_ENCODE, str(tmp_path), json.dumps(sources), json.dumps(targets), cwd=tmp_path
     )
-    assert result.returncode == 0, result.stderr
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert not loaded["ours_imported"]
     assert loaded["batch"] == dict(tokenizer(sources, text_target=targets))
 

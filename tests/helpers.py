@@ -1,0 +1,127 @@
+"""What several test files share: the tiny vocabulary and its special ids, the architecture switch combinations, tiny
+configs and models, random token ids, the eager-versus-sdpa comparison, and running a script in a fresh Python
+process where our package cannot be imported. Fixtures live in conftest.py; this module holds plain code."""
+
+import copy
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+VOCAB = 40
+PAD, BOS, EOS = 0, 1, 2
+
+# every combination of the architecture switches the core issue names
+SWITCHES = list(
+    itertools.product(
+        ("post", "pre"),  # norm_placement
+        ("sinusoidal", "learned", "rope"),  # position_embedding_type
+        ("layernorm", "rmsnorm"),  # norm_type
+        (None, 2, 1),  # num_key_value_heads: MHA, GQA, MQA
+        ("relu", "swiglu"),  # activation_function
+    )
+)
+
+
+def switch_id(switches) -> str:
+    placement, positions, norm, kv_heads, activation = switches
+    attention = {None: "mha", 2: "gqa", 1: "mqa"}[kv_heads]
+    return f"{placement}-{positions}-{norm}-{attention}-{activation}"
+
+
+def tiny_config(**overrides) -> VanillaTransformerConfig:
+    fields = dict(
+        vocab_size=VOCAB,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        dropout=0.0,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+    )
+    fields.update(overrides)
+    return VanillaTransformerConfig(**fields)
+
+
+def config_for(switches, **overrides) -> VanillaTransformerConfig:
+    placement, positions, norm, kv_heads, activation = switches
+    return tiny_config(
+        norm_placement=placement,
+        position_embedding_type=positions,
+        norm_type=norm,
+        num_key_value_heads=kv_heads,
+        activation_function=activation,
+        **overrides,
+    )
+
+
+def tiny_model(config, **kwargs) -> VanillaTransformerForConditionalGeneration:
+    torch.manual_seed(0)
+    return VanillaTransformerForConditionalGeneration._from_config(config, **kwargs).eval()
+
+
+def random_tokens(batch: int, length: int, seed: int) -> torch.Tensor:
+    """Ids that avoid the special tokens, so no sequence ends early by accident."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, length), generator=generator)
+
+
+def assert_eager_and_sdpa_agree(config, source, target, mask) -> None:
+    """The same weights under the eager and the sdpa attention give the same logits."""
+    # _from_config writes the attention implementation into the config it is given
+    sdpa = tiny_model(copy.deepcopy(config), attn_implementation="sdpa")
+    eager = tiny_model(copy.deepcopy(config), attn_implementation="eager")
+    eager.load_state_dict(sdpa.state_dict())
+    assert sdpa.config._attn_implementation == "sdpa" and eager.config._attn_implementation == "eager"
+    with torch.no_grad():
+        expected = eager(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
+        actual = sdpa(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+BLOCK_OUR_PACKAGE = """
+import importlib.abc, sys
+
+class BlockOurPackage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "vanilla_transformer":
+            raise ImportError("vanilla_transformer is deliberately not importable here")
+
+sys.meta_path.insert(0, BlockOurPackage())
+"""
+
+
+def run_without_our_package(script: str, *args: str, cwd: Path) -> dict:
+    """Runs `script` (dedented) with `args` as sys.argv[1:] in a fresh Python process where importing
+    vanilla_transformer raises ImportError, offline, with its Hugging Face caches and HOME under `cwd`; asserts it
+    succeeded and returns its last line of output, which must be JSON."""
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_OUR_PACKAGE + textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HF_HUB_OFFLINE": "1",
+            "HF_MODULES_CACHE": str(cwd / "modules"),
+            "HF_HOME": str(cwd / "hf_home"),
+            "HOME": str(cwd),
+        },
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
