@@ -21,6 +21,9 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 # Sentencepiece's byte-fallback pieces: a character never seen in training becomes its UTF-8 bytes, not <unk>.
 BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
+# defaults of train_tokenizer and of `tokenizer train`
+VOCAB_SIZE = 8000
+MIN_FREQUENCY = 2
 
 
 @contextlib.contextmanager
@@ -49,8 +52,8 @@ def read_lines(path: str | os.PathLike) -> list[str]:
 
 def train_tokenizer(
     files_or_iterator: str | os.PathLike | Iterable[str | os.PathLike] | Iterable[str],
-    vocab_size: int = 8000,
-    min_frequency: int = 2,
+    vocab_size: int = VOCAB_SIZE,
+    min_frequency: int = MIN_FREQUENCY,
     lowercase: bool = False,
     split_punctuation: bool = False,
 ) -> PreTrainedTokenizerFast:
@@ -119,8 +122,8 @@ def add_tokenizer_subcommand(subparsers: argparse._SubParsersAction) -> argparse
     actions = tokenizer_parser.add_subparsers(dest="tokenizer_command", required=True)
     train = actions.add_parser("train", help="train a BPE tokenizer on text files and save it")
     train.add_argument("--files", nargs="+", required=True, type=Path, help="text files, one sentence a line (.gz ok)")
-    train.add_argument("--vocab-size", type=int, default=8000)
-    train.add_argument("--min-frequency", type=int, default=2, help="minimum count of a pair to be merged")
+    train.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
+    train.add_argument("--min-frequency", type=int, default=MIN_FREQUENCY, help="minimum count of a pair to be merged")
     train.add_argument("--output", type=Path, required=True, help="folder for tokenizer.json and its config")
     train.add_argument("--lowercase", action="store_true")
     train.add_argument("--split-punctuation", action="store_true", help="keep punctuation out of subwords")

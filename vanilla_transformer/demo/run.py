@@ -54,10 +54,15 @@ def demo_arguments(corpus: Path, output_dir: Path, minutes: float, seed: int):
     return model_args, data_args, train_args
 
 
+# the command's defaults too
+MINUTES = 2.0
+TRAIN_SIZE = 20_000
+
+
 def run_demo(
     output_dir: Path,
-    minutes: float = 2.0,
-    train_size: int = 20000,
+    minutes: float = MINUTES,
+    train_size: int = TRAIN_SIZE,
     test_size: int = 500,
     max_value: int = 999_999,
     seed: int = 0,
@@ -93,8 +98,8 @@ def run_demo(
 def add_demo_subcommand(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("demo", help="train a small English->German number translator offline (~3 min)")
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
-    parser.add_argument("--minutes", type=float, default=2.0, help="training time")
-    parser.add_argument("--train-size", type=int, default=20000)
+    parser.add_argument("--minutes", type=float, default=MINUTES, help="training time")
+    parser.add_argument("--train-size", type=int, default=TRAIN_SIZE)
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(
         func=lambda args: run_demo(args.output_dir, args.minutes, args.train_size, seed=args.seed) and 0

@@ -24,6 +24,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, 
 from ..tokenization import iter_lines
 
 DEFAULT_NUM_BEAMS = 5
+BATCH_SIZE = 32
 # Input limit of models whose positions work at any length (sinusoidal, rotary): generous, but it keeps a stray
 # megabyte-long line from exhausting memory.
 DEFAULT_MAX_INPUT_TOKENS = 1024
@@ -40,7 +41,7 @@ def translate(
     *,
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
-    batch_size: int = 32,
+    batch_size: int = BATCH_SIZE,
     max_input_tokens: int | None = None,
     device: str | torch.device | None = None,
     progress: bool = False,
@@ -219,7 +220,9 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
         "--max-new-tokens", type=int, help="longest translation in tokens; default the generation config's"
     )
     parser.add_argument("--max-input-tokens", type=int, help="longer inputs are truncated with a warning")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    parser.add_argument(
+        "--batch-size", type=int, default=BATCH_SIZE, help=f"sentences per batch (default {BATCH_SIZE})"
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default cuda when available")
     parser.add_argument("--dtype", choices=tuple(DTYPES), help="default the saved precision")
     parser.add_argument(

@@ -17,6 +17,7 @@ from ..configuration_vanilla_transformer import (
     WEIGHT_INITS,
     VanillaTransformerConfig,
 )
+from ..tokenization import VOCAB_SIZE
 from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
 
 # Config fields that are not switches: the tokenizer decides the vocabulary and the special ids, and what the model is
@@ -120,7 +121,7 @@ class DataArguments:
     validation_split: str = "validation"
     test_split: str | None = "test"
     tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer; trained on train if unset"})
-    vocab_size: int = 8000
+    vocab_size: int = VOCAB_SIZE
     lowercase: bool = False
     split_punctuation: bool = field(
         default=False, metadata={"help": "keep punctuation out of subwords, as Moses tokenization before BPE does"}

@@ -9,7 +9,17 @@ import torch
 
 from .attention import STACKS, cross_attention_alignment, self_attention_heatmaps
 from .masks import mask_plots
-from .positions import learned_position_plot, positional_encoding_plots, rotary_distance_plot
+from .positions import (
+    D_MODEL,
+    DIMS,
+    HEAD_DIM,
+    LENGTH,
+    MAX_DISTANCE,
+    THETA,
+    learned_position_plot,
+    positional_encoding_plots,
+    rotary_distance_plot,
+)
 from .rendering import token_labels
 
 
@@ -51,13 +61,18 @@ def add_plot_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
         choices=("sinusoidal", "learned", "rope"),
         help="default: the model's position_embedding_type, or sinusoidal without --model",
     )
-    positions.add_argument("--d-model", type=int, help="sinusoidal width (default: the model's, else 128)")
-    positions.add_argument("--length", type=int, default=100, help="positions to draw (sinusoidal)")
-    positions.add_argument("--dims", type=int, nargs="+", help="dimensions drawn as curves (default 6 7 20 40)")
+    positions.add_argument("--d-model", type=int, help=f"sinusoidal width (default: the model's, else {D_MODEL})")
+    positions.add_argument("--length", type=int, default=LENGTH, help="positions to draw (sinusoidal)")
+    positions.add_argument(
+        "--dims",
+        type=int,
+        nargs="+",
+        help=f"dimensions drawn as curves (default {' '.join(map(str, DIMS))}, those below d_model)",
+    )
     positions.add_argument("--max-positions", type=int, help="rows of a learned table to draw (default: all)")
-    positions.add_argument("--head-dim", type=int, help="rotary head size (default: the model's, else 64)")
-    positions.add_argument("--theta", type=float, help="rotary base (default: the model's rope_theta, else 10000)")
-    positions.add_argument("--max-distance", type=int, default=512, help="largest relative distance (rotary)")
+    positions.add_argument("--head-dim", type=int, help=f"rotary head size (default: the model's, else {HEAD_DIM})")
+    positions.add_argument("--theta", type=float, help=f"rotary base (default: the model's rope_theta, else {THETA:g})")
+    positions.add_argument("--max-distance", type=int, default=MAX_DISTANCE, help="largest relative distance (rotary)")
     positions.set_defaults(func=_run_positions)
 
     masks = kinds.add_parser("masks", help="padding, causal and sliding-window masks of a batch")
@@ -136,13 +151,12 @@ def _run_positions(args: argparse.Namespace) -> int:
             raise SystemExit("plot positions --kind learned draws a model's table: pass --model FOLDER.")
         result = learned_position_plot(model, args.output, max_positions=args.max_positions)
     elif kind == "rope":
-        head_dim = args.head_dim or (config.d_model // config.encoder_attention_heads if config else 64)
-        theta = args.theta or (float(config.rope_theta) if config else 10000.0)
+        head_dim = args.head_dim or (config.d_model // config.encoder_attention_heads if config else HEAD_DIM)
+        theta = args.theta or (float(config.rope_theta) if config else THETA)
         result = rotary_distance_plot(args.output, head_dim=head_dim, theta=theta, max_distance=args.max_distance)
     else:
-        d_model = args.d_model or (config.d_model if config else 128)
-        dims = args.dims or [dim for dim in (6, 7, 20, 40) if dim < d_model] or [0]
-        result = positional_encoding_plots(args.output, d_model=d_model, length=args.length, dims=dims)
+        d_model = args.d_model or (config.d_model if config else D_MODEL)
+        result = positional_encoding_plots(args.output, d_model=d_model, length=args.length, dims=args.dims)
     return _wrote(result)
 
 

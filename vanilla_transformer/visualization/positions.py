@@ -39,12 +39,21 @@ def _signed_heatmap(
     )
 
 
+# defaults of the pictures and of `plot positions`
+D_MODEL, LENGTH, DIMS = 128, 100, (6, 7, 20, 40)
+HEAD_DIM, THETA, MAX_DISTANCE = 64, 10000.0, 512
+
+
 def positional_encoding_plots(
-    output_path: str | Path | None, *, d_model: int = 128, length: int = 100, dims: Sequence[int] = (6, 7, 20, 40)
+    output_path: str | Path | None, *, d_model: int = D_MODEL, length: int = LENGTH, dims: Sequence[int] | None = None
 ) -> PositionPlot:
-    """The paper's sinusoidal encoding: a few dimensions as curves over the positions, and the whole table."""
+    """The paper's sinusoidal encoding: a few dimensions as curves over the positions, and the whole table.
+
+    `dims` defaults to those of DIMS below `d_model` (dimension 0 when none is)."""
     if d_model < 1 or length < 1:
         raise ValueError(f"d_model and length must be positive, got d_model={d_model}, length={length}.")
+    if dims is None:
+        dims = [dim for dim in DIMS if dim < d_model] or [0]
     bad = [dim for dim in dims if not 0 <= dim < d_model]
     if bad or not dims:
         raise ValueError(f"dims must be between 0 and d_model - 1 = {d_model - 1}, got {list(dims)}.")
@@ -126,9 +135,9 @@ RANDOM_VECTORS = 256
 def rotary_distance_plot(
     output_path: str | Path | None,
     *,
-    head_dim: int = 64,
-    theta: float = 10000.0,
-    max_distance: int = 512,
+    head_dim: int = HEAD_DIM,
+    theta: float = THETA,
+    max_distance: int = MAX_DISTANCE,
 ) -> RotaryPlot:
     """What rotary embedding does to q . k as the query moves `d` positions past the key, for d in 0..max_distance.
 
