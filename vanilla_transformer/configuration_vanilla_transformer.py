@@ -30,8 +30,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
         d_model: width of every sublayer's input and output.
         encoder_layers / decoder_layers: N, the number of layers in each stack.
         encoder_attention_heads / decoder_attention_heads: h, the number of query heads.
-        num_key_value_heads: heads of keys and values; None means one per query head (multi-head attention),
-            1 is multi-query attention, any other divisor of the query heads is grouped-query attention.
+        num_key_value_heads: heads of keys and values; one per query head is multi-head attention, 1 is
+            multi-query attention, any other divisor of the query heads is grouped-query attention. None means
+            multi-head and becomes the number of heads when both stacks have the same (transformers reads this
+            field for cache shapes, as Llama's); with different head counts it stays None, each stack multi-head.
         encoder_ffn_dim / decoder_ffn_dim: inner width d_ff of the position-wise feed-forward network.
         activation_function: relu (the paper), gelu, silu, or the gated swiglu / geglu.
         dropout: P_drop applied to each sublayer output and to the embedding sums.
@@ -58,7 +60,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     """
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference = ["cache", "past_key_values"]
+    keys_to_ignore_at_inference = ["cache"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",
@@ -98,6 +100,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int | None = 1
+
+    def __post_init__(self, **kwargs):
+        if self.num_key_value_heads is None and self.encoder_attention_heads == self.decoder_attention_heads:
+            self.num_key_value_heads = self.decoder_attention_heads
+        super().__post_init__(**kwargs)
 
     def validate_sizes(self):
         for field in (

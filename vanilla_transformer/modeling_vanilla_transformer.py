@@ -35,6 +35,8 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import can_return_tuple
 
 from .attention import VanillaTransformerAttention
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -43,9 +45,6 @@ from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLay
 from .loss import label_smoothed_cross_entropy
 from .positions import build_absolute_positions, build_rotary, embedding_scale
 from .residual import build_norm
-
-# the output field that holds the cache was renamed from past_key_values to cache in transformers 5.24
-CACHE_FIELD = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -247,7 +246,7 @@ class VanillaTransformerDecoder(TransformerStack):
             hidden_states=all_hidden_states,
             attentions=self_attentions,
             cross_attentions=cross_attentions,
-            **{CACHE_FIELD: cache},
+            cache=cache,
         )
 
 
@@ -337,6 +336,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -350,11 +351,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
-        # transformers < 5.24 calls the cache `past_key_values`
-        cache = cache if cache is not None else past_key_values
         if isinstance(cache, tuple):
             raise ValueError("Legacy tuple caches are not supported; pass an EncoderDecoderCache.")
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
@@ -399,7 +397,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
-            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD) if use_cache else None},
+            cache=decoder_outputs.cache if use_cache else None,
         )
 
 
@@ -438,10 +436,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         # generate() builds the cross-attention cache from the config too, which would make it slide with
         # sliding_window and forget source positions: cross-attention always keeps the whole source
-        for name in ("cache", "past_key_values"):
-            cache = model_kwargs.get(name)
-            if isinstance(cache, EncoderDecoderCache) and self.config.sliding_window:
-                model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, DynamicCache())
+        cache = model_kwargs.get("cache")
+        if isinstance(cache, EncoderDecoderCache) and self.config.sliding_window:
+            model_kwargs["cache"] = EncoderDecoderCache(cache.self_attention_cache, DynamicCache())
 
     def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search: the surviving beams take over the self-attention keys/values of the beams they extend.
@@ -473,6 +470,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             num_items_in_batch = num_items_in_batch.to(summed.device)
         return summed / num_items_in_batch
 
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -488,7 +487,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         if labels is not None:
@@ -503,7 +501,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            cache=cache if cache is not None else past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -524,7 +522,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
-            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
+            cache=outputs.cache,
         )
 
 

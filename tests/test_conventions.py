@@ -1,0 +1,56 @@
+"""Conventions that transformers and the libraries around it rely on."""
+
+import pytest
+import torch
+from helpers import random_tokens, tiny_config, tiny_model
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+
+from vanilla_transformer import VanillaTransformerConfig
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["with_generator", "bare"])
+def test_return_dict_false_returns_the_tuple_of_the_output(bare):
+    model = tiny_model(tiny_config())
+    model = model.model if bare else model
+    inputs = {"input_ids": random_tokens(2, 6, seed=0), "decoder_input_ids": random_tokens(2, 4, seed=1)}
+    with torch.no_grad():
+        output = model(**inputs)
+        as_tuple = model(**inputs, return_dict=False)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == len(output.to_tuple())
+    for expected, actual in zip(output.to_tuple(), as_tuple, strict=True):
+        if torch.is_tensor(expected):
+            assert torch.equal(expected, actual)
+
+
+def test_num_key_value_heads_is_a_number_for_multi_head_attention():
+    assert VanillaTransformerConfig().num_key_value_heads == 8
+    assert tiny_config().num_key_value_heads == 4
+    assert tiny_config(num_key_value_heads=2).num_key_value_heads == 2
+    # with different head counts in the two stacks, multi-head attention has no single number
+    unequal = tiny_config(encoder_attention_heads=4, decoder_attention_heads=2)
+    assert unequal.num_key_value_heads is None
+    assert (unequal.kv_heads(4), unequal.kv_heads(2)) == (4, 2)
+
+
+def test_the_decoder_returns_a_model_output_with_its_cache():
+    model = tiny_model(tiny_config())
+    source = random_tokens(2, 6, seed=0)
+    with torch.no_grad():
+        encoded = model.model.encoder(input_ids=source).last_hidden_state
+        output = model.model.decoder(
+            input_ids=random_tokens(2, 3, seed=1), encoder_hidden_states=encoded, use_cache=True
+        )
+    assert isinstance(output, BaseModelOutputWithPastAndCrossAttentions)
+    assert output.last_hidden_state.shape == (2, 3, 16) and output.cache.get_seq_length() == 3
+
+
+def test_the_old_cache_keyword_still_works_with_a_deprecation_warning():
+    model = tiny_model(tiny_config())
+    source, target = random_tokens(1, 5, seed=0), random_tokens(1, 4, seed=1)
+    with torch.no_grad():
+        first = model(input_ids=source, decoder_input_ids=target[:, :3], use_cache=True)
+        expected = model(input_ids=source, decoder_input_ids=target[:, 3:], cache=first.cache).logits
+        first = model(input_ids=source, decoder_input_ids=target[:, :3], use_cache=True)
+        with pytest.warns(FutureWarning, match="past_key_values"):
+            actual = model(input_ids=source, decoder_input_ids=target[:, 3:], past_key_values=first.cache).logits
+    assert torch.equal(actual, expected)
