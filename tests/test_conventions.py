@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import random_tokens, tiny_config, tiny_model
+from helpers import VOCAB, random_tokens, tiny_config, tiny_model
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 
 from vanilla_transformer import VanillaTransformerConfig
@@ -54,3 +54,23 @@ def test_the_old_cache_keyword_still_works_with_a_deprecation_warning():
         with pytest.warns(FutureWarning, match="past_key_values"):
             actual = model(input_ids=source, decoder_input_ids=target[:, 3:], past_key_values=first.cache).logits
     assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize(
+    ("share", "tie"), [(True, True), (False, True), (False, False)], ids=["shared-tied", "unshared-tied", "untied"]
+)
+def test_resize_token_embeddings_keeps_the_generator_tied_and_the_embedding_shared(share, tie):
+    model = tiny_model(tiny_config(share_encoder_decoder_embeddings=share, tie_word_embeddings=tie))
+    old = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    model.resize_token_embeddings(VOCAB + 8)
+    encoder, decoder = model.model.encoder.embed_tokens, model.model.decoder.embed_tokens
+    assert model.config.vocab_size == VOCAB + 8
+    assert encoder.num_embeddings == decoder.num_embeddings == model.lm_head.out_features == VOCAB + 8
+    assert (encoder is decoder is getattr(model.model, "shared", None)) is share
+    assert (model.lm_head.weight is decoder.weight) is tie
+    prefix = "model.shared" if share else "model.decoder.embeddings.embed_tokens"
+    assert torch.equal(decoder.weight[:VOCAB], old[f"{prefix}.weight"])  # the known tokens keep their vectors
+    new_ids = torch.full((1, 3), VOCAB + 7)
+    with torch.no_grad():
+        logits = model(input_ids=new_ids, decoder_input_ids=new_ids).logits
+    assert logits.shape == (1, 3, VOCAB + 8) and torch.isfinite(logits).all()

@@ -277,6 +277,17 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        """Both stacks read one vocabulary: without a shared matrix the decoder's embedding is resized as well
+        (transformers resizes the input embedding, the encoder's, and the generator, then ties them again)."""
+        resized = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if not self.config.share_encoder_decoder_embeddings:
+            decoder = self.get_decoder().embeddings
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, resized.num_embeddings, mean_resizing=mean_resizing
+            )
+        return resized
+
     def _init_weights(self, module):
         normal = self.config.weight_init == "normal"
         if isinstance(module, nn.Linear):
