@@ -74,3 +74,26 @@ def test_resize_token_embeddings_keeps_the_generator_tied_and_the_embedding_shar
     with torch.no_grad():
         logits = model(input_ids=new_ids, decoder_input_ids=new_ids).logits
     assert logits.shape == (1, 3, VOCAB + 8) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("placement", ["post", "pre"])
+def test_activation_checkpointing_gives_the_same_gradients(placement):
+    config = tiny_config(norm_placement=placement, dropout=0.1, drop_path_rate=0.1, position_embedding_type="rope")
+    source, target = random_tokens(2, 6, seed=0), random_tokens(2, 5, seed=1)
+    gradients, layer_calls = [], []
+    for checkpointing in (False, True):
+        model = tiny_model(config).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        calls = []
+        for layer in (*model.model.encoder.layers, *model.model.decoder.layers):
+            # a sublayer's hook: transformers checkpoints a layer's forward, so the layer's own hooks run once
+            layer.feed_forward.register_forward_hook(lambda *_, calls=calls: calls.append(1))
+        torch.manual_seed(7)  # the same dropout masks, which the recomputation must reproduce
+        model(input_ids=source, labels=target).loss.backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters() if p.grad is not None})
+        layer_calls.append(len(calls))
+    assert layer_calls == [4, 8]  # with checkpointing, backward runs each of the 4 layers again
+    assert gradients[0].keys() == gradients[1].keys() and len(gradients[0]) > 20
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradients[1][name], gradient, atol=1e-6, rtol=1e-5, msg=name)

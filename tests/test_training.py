@@ -4,6 +4,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -353,6 +354,19 @@ def tiny_train_flags(corpus_folder: Path) -> list[str]:
     run.update(report_to="none")
     flags = [item for name, value in {**model, **data, **run}.items() for item in (f"--{name}", str(value))]
     return [*flags, "--disable_progress_bar"]
+
+
+def test_train_with_bf16_mixed_precision_on_the_cpu_has_a_finite_loss(corpus_folder, tmp_path):
+    output = tmp_path / "bf16"
+    command = [sys.executable, "-m", "vanilla_transformer.cli", "train", *tiny_train_flags(corpus_folder)]
+    command += ["--mixed_precision", "bf16", "--use_cpu", "--output_dir", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, env=QUIET_THREADS, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((output / "results.json").read_text())
+    assert results["mixed_precision"] == "bf16" and results["train_steps"] == 3
+    assert all(math.isfinite(results[split]["loss"]) for split in ("validation", "test"))
+    assert all(torch.isfinite(tensor).all() for tensor in final_weights(output).values())
+    assert "| mixed precision | bf16 |" in (output / "README.md").read_text()
 
 
 def test_two_process_ddp_matches_one_process_on_the_same_global_batch(corpus_folder, tmp_path):

@@ -82,6 +82,7 @@ class ModelCardResults:
     max_tokens: int | None = _training("tokens per micro-batch and process (source + target)")
     gradient_accumulation_steps: int | None = _training("gradient accumulation steps")
     processes: int | None = _training("processes (data parallel)")
+    mixed_precision: str | None = _training("mixed precision")
     learning_rate: float | None = _training("peak learning rate")
     lr_scheduler_type: str | None = _training("learning-rate schedule")
     warmup_steps: int | None = _training("warm-up steps")

@@ -302,6 +302,7 @@ class TrainingRun:
             "train_steps": self.state.step,
             "averaged_checkpoints": max(averaged, 1),
             "processes": self.accelerator.num_processes,
+            "mixed_precision": self.accelerator.mixed_precision,
         }
         if self.accelerator.is_main_process:
             for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):

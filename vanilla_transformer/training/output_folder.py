@@ -33,6 +33,7 @@ def card_results(model, results: dict, data_args: DataArguments, args: TrainArgu
         max_tokens=args.max_tokens,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         processes=results["processes"],
+        mixed_precision=results["mixed_precision"],
         learning_rate=args.peak_learning_rate(model.config.d_model),
         lr_scheduler_type=args.lr_scheduler_type,
         warmup_steps=args.warmup_steps,
