@@ -277,6 +277,21 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    def mark_tied_weights_as_initialized(self, loading_info):
+        """transformers flags the targets of tied weights as initialised, as loading the source fills them. Where the
+        stacks share the embedding module itself, a target is the source's own parameter: flagging it would hide a
+        checkpoint without the embedding (never reported missing, left uninitialised on the meta device)."""
+        declared = self.all_tied_weights_keys
+        self.all_tied_weights_keys = {
+            target: source
+            for target, source in declared.items()
+            if self.get_parameter(target) is not self.get_parameter(source)
+        }
+        try:
+            super().mark_tied_weights_as_initialized(loading_info)
+        finally:
+            self.all_tied_weights_keys = declared
+
     def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
         """Both stacks read one vocabulary: without a shared matrix the decoder's embedding is resized as well
         (transformers resizes the input embedding, the encoder's, and the generator, then ties them again)."""
