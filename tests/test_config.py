@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from helpers import tiny_config
 from huggingface_hub.errors import StrictDataclassError
@@ -61,3 +63,30 @@ def test_config_round_trips_through_json_and_auto_config(tmp_path):
     assert {k: v for k, v in loaded.to_dict().items() if k not in ignored} == {
         k: v for k, v in config.to_dict().items() if k not in ignored
     }
+
+
+@pytest.mark.parametrize(
+    ("typo", "field"), [("d_modle", "d_model"), ("dropuot", "dropout"), ("layer_norm_epsilon", "layer_norm_eps")]
+)
+def test_a_misspelled_switch_warns_naming_the_field_meant(typo, field, tmp_path):
+    with pytest.warns(UserWarning, match=rf"no field {typo}=0.1, .*changes nothing; did you mean '{field}'"):
+        config = tiny_config(**{typo: 0.1})
+    assert getattr(config, field) == getattr(tiny_config(), field)
+    # the same typo in a saved config.json
+    tiny_config().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, typo: 0.1}))
+    with pytest.warns(UserWarning, match=rf"did you mean '{field}'"):
+        VanillaTransformerConfig.from_pretrained(tmp_path)
+
+
+def test_unrelated_keywords_and_transformers_aliases_still_work(recwarn):
+    config = tiny_config(my_note="kept", num_attention_heads=2, decoder_attention_heads=2)
+    assert not [warning for warning in recwarn if "VanillaTransformerConfig" in str(warning.message)]
+    assert config.my_note == "kept"  # transformers keeps unknown keywords as attributes
+    assert config.encoder_attention_heads == 2 and config.num_key_value_heads == 2
+
+
+def test_a_non_positive_layer_norm_eps_is_refused():
+    with pytest.raises(StrictDataclassError, match=r"layer_norm_eps=-1.0 is invalid: must be positive"):
+        tiny_config(layer_norm_eps=-1.0)

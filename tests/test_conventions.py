@@ -97,3 +97,12 @@ def test_activation_checkpointing_gives_the_same_gradients(placement):
     assert gradients[0].keys() == gradients[1].keys() and len(gradients[0]) > 20
     for name, gradient in gradients[0].items():
         torch.testing.assert_close(gradients[1][name], gradient, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_labels_that_are_all_ignored_give_a_zero_loss_and_zero_gradients():
+    model = tiny_model(tiny_config()).train()
+    labels = torch.full((2, 4), -100)
+    loss = model(input_ids=random_tokens(2, 5, seed=0), labels=labels).loss
+    loss.backward()
+    assert loss.item() == 0.0
+    assert all(torch.isfinite(p.grad).all() and not p.grad.any() for p in model.parameters() if p.grad is not None)

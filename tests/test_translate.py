@@ -207,3 +207,9 @@ def test_cli_translates_files_to_a_file_with_a_progress_bar(
     args.func(args)
     expected = translate(model, tokenizer, TEXTS[:6], num_beams=1, max_new_tokens=2)
     assert output.read_text(encoding="utf-8").split("\n")[:-1] == expected
+
+
+@pytest.mark.parametrize("option", ["num_beams", "max_new_tokens"])
+def test_zero_beams_or_tokens_is_an_error_not_the_default(model, tokenizer, option):
+    with pytest.raises(ValueError, match=rf"{option}=0 must be a positive integer"):
+        translate(model, tokenizer, ["forty-two"], **{option: 0})

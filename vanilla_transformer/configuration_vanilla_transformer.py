@@ -4,6 +4,10 @@ This file travels to the Hub as remote code: it imports only torch, transformers
 huggingface_hub (a dependency of transformers), never our own package.
 """
 
+import dataclasses
+import difflib
+import warnings
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -102,9 +106,23 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
 
     def __post_init__(self, **kwargs):
+        own_fields = list(type(self).__annotations__)
+        known = {field.name for field in dataclasses.fields(self)} | set(self.attribute_map)
+        for name in kwargs.keys() - known:
+            # transformers keeps unknown keywords as attributes; one that is a near miss of a switch is likely a typo
+            # that leaves the switch at its default. A warning, not an error: transformers' testing utilities set such
+            # attributes (layer_norm_epsilon) on every config, and saved folders carry them.
+            near = difflib.get_close_matches(name, own_fields, n=1, cutoff=0.8)
+            if near:
+                given = f"{name}={kwargs[name]!r}"
+                warnings.warn(
+                    f"VanillaTransformerConfig has no field {given}, which is kept as an attribute and changes nothing;"
+                    f" did you mean {near[0]!r}?",
+                    stacklevel=3,
+                )
+        super().__post_init__(**kwargs)  # sets what the keywords of attribute_map name, e.g. num_attention_heads
         if self.num_key_value_heads is None and self.encoder_attention_heads == self.decoder_attention_heads:
             self.num_key_value_heads = self.decoder_attention_heads
-        super().__post_init__(**kwargs)
 
     def validate_sizes(self):
         for field in (
@@ -125,8 +143,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
             heads = getattr(self, field)
             if self.d_model % heads:
                 raise _invalid(field, heads, f"d_model={self.d_model} must be divisible by the number of heads")
-        if not self.init_std > 0:
-            raise _invalid("init_std", self.init_std, "must be positive")
+        for field in ("init_std", "layer_norm_eps"):
+            if not getattr(self, field) > 0:
+                raise _invalid(field, getattr(self, field), "must be positive")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise _invalid("sliding_window", self.sliding_window, "must be None or a positive integer")
 

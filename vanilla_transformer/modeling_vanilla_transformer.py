@@ -491,7 +491,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             smoothing=self.config.label_smoothing,
         )
         if num_items_in_batch is None:
-            num_items_in_batch = (labels != -100).sum()
+            # labels that are all ignored give a zero loss (and zero gradients), not 0 / 0
+            num_items_in_batch = (labels != -100).sum().clamp(min=1)
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(summed.device)
         return summed / num_items_in_batch

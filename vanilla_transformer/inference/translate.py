@@ -89,6 +89,9 @@ def _translate(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be a positive integer")
     config, generation_config = model.config, model.generation_config
+    for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}={value} must be a positive integer (or None for the generation config's)")
     num_beams = num_beams or generation_config.num_beams or DEFAULT_NUM_BEAMS
     max_new_tokens = max_new_tokens or generation_config.max_new_tokens
     # A generation config that limits the total length instead is honoured by generate() itself.
