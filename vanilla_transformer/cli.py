@@ -1,7 +1,11 @@
 """The `vanilla-transformer` command; each subcommand lives in the module that does its job and registers here."""
 
 import argparse
+import os
 import sys
+
+import yaml
+from huggingface_hub.errors import StrictDataclassError
 
 from .demo import add_demo_subcommand
 from .hub import add_push_subcommand
@@ -17,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="The encoder-decoder Transformer of 'Attention Is All You Need' as a Hugging Face model.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (or VANILLA_TRANSFORMER_DEBUG=1)"
+    )
     subcommands = parser.add_subparsers(dest="command")
     add_demo_subcommand(subcommands)
     add_tokenizer_subcommand(subcommands)
@@ -27,8 +34,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a user's input can cause: bad values, files that are missing or unreadable, a broken YAML file, a config
+# field out of range. Anything else is a bug in this package and keeps its traceback.
+USER_ERRORS = (ValueError, OSError, yaml.YAMLError, StrictDataclassError)
+DEBUG_VARIABLE = "VANILLA_TRANSFORMER_DEBUG"
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run a subcommand. A user error is one line on stderr (`vanilla-transformer CMD: error: ...`) and exit code 2;
+    `--debug` (anywhere in the arguments) or VANILLA_TRANSFORMER_DEBUG=1 shows the traceback instead."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+    argv = [argument for argument in argv if argument != "--debug"]
+    try:
+        return run(argv)
+    except USER_ERRORS as error:
+        if debug:
+            raise
+        command = " ".join(["vanilla-transformer", *argv[:1]])
+        print(f"{command}: error: {one_line(error)} (--debug shows the traceback)", file=sys.stderr)
+        return 2
+
+
+def one_line(error: BaseException) -> str:
+    # a config validator's own message is the cause of the strict dataclass error that wraps it
+    if isinstance(error, StrictDataclassError) and error.__cause__ is not None:
+        error = error.__cause__
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def run(argv: list[str]) -> int:
     if argv[:1] == ["train"]:
         # HfArgumentParser owns the train flags (and --config files); argparse would mangle them here
         return run_train(argv[1:])

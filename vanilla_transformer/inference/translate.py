@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..hub.push import HUB_ID
 from ..tokenization import iter_lines
 
 DEFAULT_NUM_BEAMS = 5
@@ -201,6 +202,10 @@ def load_for_translation(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     name_or_path = str(name_or_path)
+    if not Path(name_or_path).exists() and not HUB_ID.fullmatch(name_or_path):
+        raise FileNotFoundError(
+            f"{name_or_path}: no such model folder (nor a Hub repo id, which is NAME or OWNER/NAME)"
+        )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     model_kwargs = {"dtype": dtype} if dtype is not None else {}
     model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **model_kwargs)

@@ -229,8 +229,12 @@ ARGUMENT_CLASSES = (ModelArguments, DataArguments, TrainArguments)
 
 def read_config_file(path: str | Path) -> dict:
     path = Path(path)
-    text = path.read_text()
-    values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    try:
+        with path.open(encoding="utf-8") as file:  # read from the file, yaml's messages name it
+            values = json.load(file) if path.suffix == ".json" else yaml.safe_load(file)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ValueError(f"{path} is not valid {kind}: {error}") from error
     if not isinstance(values, dict):
         raise ValueError(f"{path} must hold a mapping of argument names to values, got {type(values).__name__}")
     return values
