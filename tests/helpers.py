@@ -15,6 +15,18 @@ import torch
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
+# the files every saved folder carries as remote code: the model, nothing else
+MODEL_CODE_FILES = {
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "attention.py",
+    "positions.py",
+    "feed_forward.py",
+    "residual.py",
+    "layers.py",
+    "loss.py",
+    "dropout.py",
+}
 VOCAB = 40
 PAD, BOS, EOS = 0, 1, 2
 

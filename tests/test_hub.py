@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 import torch
-from helpers import run_without_our_package, tiny_config, tiny_model
+from helpers import MODEL_CODE_FILES, run_without_our_package, tiny_config, tiny_model
 from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
 
 import vanilla_transformer.hub.push as hub
@@ -19,17 +19,6 @@ from vanilla_transformer.tokenization import train_tokenizer
 
 CORPUS = [f"a small {('cat', 'dog', 'bird', 'man', 'woman')[i % 5]} sat on mat number {i}" for i in range(50)]
 SENTENCES = ["a small cat sat", "a dog", "the woman sat on mat number 7"]
-CODE_FILES = {
-    "configuration_vanilla_transformer.py",
-    "modeling_vanilla_transformer.py",
-    "attention.py",
-    "positions.py",
-    "feed_forward.py",
-    "residual.py",
-    "layers.py",
-    "dropout.py",
-    "loss.py",
-}
 MODEL_FILES = {
     "model.safetensors",
     "config.json",
@@ -37,7 +26,7 @@ MODEL_FILES = {
     "tokenizer.json",
     "tokenizer_config.json",
     "README.md",
-    *CODE_FILES,
+    *MODEL_CODE_FILES,
 }
 RESULTS = ModelCardResults(
     source_lang="de",

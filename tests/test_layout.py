@@ -5,6 +5,7 @@ import ast
 import sys
 from pathlib import Path
 
+from helpers import MODEL_CODE_FILES
 from transformers.dynamic_module_utils import get_relative_import_files
 
 import vanilla_transformer
@@ -32,18 +33,7 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_remote_code_set_is_the_model():
-    model_files = {
-        "configuration_vanilla_transformer.py",
-        "modeling_vanilla_transformer.py",
-        "attention.py",
-        "positions.py",
-        "feed_forward.py",
-        "residual.py",
-        "layers.py",
-        "loss.py",
-        "dropout.py",
-    }
-    assert model_files == REMOTE_CODE
+    assert MODEL_CODE_FILES == REMOTE_CODE
 
 
 def test_remote_code_imports_only_the_standard_library_torch_transformers_and_its_flat_siblings():
