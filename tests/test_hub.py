@@ -49,7 +49,10 @@ def save_trained_folder(folder):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     save_model_card(folder, RESULTS)
-    for leftover in ("checkpoint-10/optimizer.pt", "runs/events.out", "__pycache__/x.pyc", ".cache/x", "optimizer.pt"):
+    leftovers = ("checkpoint-10/optimizer.pt", "runs/events.out", "__pycache__/x.pyc", ".cache/x", "optimizer.pt")
+    # what `vanilla-transformer train` leaves beside the model: checkpoints with optimizer and pickled training state
+    leftovers += ("checkpoints/step-2/optimizer.bin", "checkpoints/step-2/custom_checkpoint_0.pkl", "best/x", "logs/y")
+    for leftover in leftovers:
         (folder / leftover).parent.mkdir(parents=True, exist_ok=True)
         (folder / leftover).write_bytes(b"leftover")
     (folder / "training_args.bin").write_bytes(b"pickle")

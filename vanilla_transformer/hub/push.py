@@ -26,8 +26,7 @@ HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
 _TOKENIZER_VOCABULARIES = ("tokenizer.json", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 # Auto classes a translation model folder must map to its code files.
 _REQUIRED_AUTO_CLASSES = ("AutoConfig", "AutoModelForSeq2SeqLM")
-# Training leftovers that have no place in a published model: checkpoints, logs, optimizer states, pickles.
-_IGNORED_DIRECTORIES = ("checkpoint-*", "runs", "__pycache__", "wandb", "mlruns", "lightning_logs")
+# Training leftovers beside a model's own files that have no place in a published model.
 _IGNORED_FILES = ("*.pyc", "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "training_args.bin")
 
 
@@ -93,21 +92,16 @@ def _missing_code_files(folder: Path, auto_map: dict) -> list[str]:
 
 
 def files_to_push(folder: str | os.PathLike) -> list[str]:
-    """The files of `folder` (paths relative to it, sorted) that `push_folder` commits: everything but hidden files
-    and training leftovers (checkpoint-*/, runs/, optimizer and scheduler states, training_args.bin, caches)."""
-    folder = Path(folder)
-    files = []
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if not path.is_file() or any(part.startswith(".") for part in relative.parts):
-            continue
-        directories = relative.parts[:-1]
-        if any(fnmatch.fnmatch(part, pattern) for part in directories for pattern in _IGNORED_DIRECTORIES):
-            continue
-        if any(fnmatch.fnmatch(relative.name, pattern) for pattern in _IGNORED_FILES):
-            continue
-        files.append(relative.as_posix())
-    return files
+    """The files of `folder` (sorted) that `push_folder` commits: a model folder keeps its files at the top, so
+    subfolders stay home (a training run's checkpoints/ with optimizer states and pickled training state, best/,
+    logs/, runs/, caches), and so do hidden files and the training leftovers of _IGNORED_FILES."""
+    return sorted(
+        path.name
+        for path in Path(folder).iterdir()
+        if path.is_file()
+        and not path.name.startswith(".")
+        and not any(fnmatch.fnmatch(path.name, pattern) for pattern in _IGNORED_FILES)
+    )
 
 
 def push_folder(
