@@ -432,3 +432,11 @@ def test_a_ddp_run_releases_its_wrapper_before_the_process_group_is_destroyed(co
     result = subprocess.run(command, capture_output=True, text=True, env=QUIET_THREADS, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["processes"] == 2
+
+
+def test_averaging_checkpoints_that_are_never_saved_is_refused_before_training():
+    with pytest.raises(
+        ValueError, match=r"average_last_checkpoints=2 averages checkpoints, but save_steps=0 saves none"
+    ):
+        TrainArguments(save_steps=0, average_last_checkpoints=2)
+    TrainArguments(save_steps=0, average_last_checkpoints=1)  # nothing to average: fine

@@ -197,6 +197,12 @@ class TrainArguments:
     disable_progress_bar: bool = False
 
     def __post_init__(self):
+        if self.average_last_checkpoints > 1 and self.save_steps < 1:
+            # refused before training, not found out at the end of it
+            raise ValueError(
+                f"average_last_checkpoints={self.average_last_checkpoints} averages checkpoints, but save_steps="
+                f"{self.save_steps} saves none: set save_steps > 0, or average_last_checkpoints 1"
+            )
         if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
             raise ValueError(
                 f"lr_scheduler_type={self.lr_scheduler_type!r} is not one of {', '.join(LR_SCHEDULER_TYPES)}"
