@@ -272,3 +272,30 @@ def test_collator_pads_inputs_with_pad_id_and_labels_with_minus_100():
         assert batch["attention_mask"][row, :n].eq(1).all()
         assert batch["labels"][row, :m].tolist() == feature["labels"]
         assert batch["labels"][row, m:].eq(-100).all()
+
+
+def test_a_byte_order_mark_does_not_stay_in_the_first_sentence(tmp_path):
+    (tmp_path / "train.en").write_bytes("\ufeffa dog runs\na cat sleeps\n".encode())
+    (tmp_path / "train.de").write_bytes("\ufeffein Hund rennt\neine Katze schläft\n".encode())
+    pairs = load_parallel(tmp_path, "en", "de")
+    assert pairs[0] == {"en": "a dog runs", "de": "ein Hund rennt"}
+    assert read_lines(tmp_path / "train.en")[0] == "a dog runs"
+
+
+def test_blank_line_pairs_are_left_out_with_a_warning_and_all_blank_files_are_an_error(tmp_path):
+    (tmp_path / "train.en").write_text("a dog\n\nthree\n  \n")
+    (tmp_path / "train.de").write_text("ein Hund\nzwei\n\nvier\n")
+    with pytest.warns(UserWarning, match=r"3 line pair\(s\) with a blank side left out \(lines 2, 3, 4\)"):
+        pairs = load_parallel(tmp_path, "en", "de")
+    assert pairs["en"] == ["a dog"] and pairs["de"] == ["ein Hund"]
+    (tmp_path / "test.en").write_text("\n \n")
+    (tmp_path / "test.de").write_text("\n\n")
+    with pytest.raises(ValueError, match=r"test.en and .*test.de hold no pair of non-blank lines"):
+        load_parallel(tmp_path, "en", "de", split="test")
+
+
+def test_a_csv_row_with_an_unquoted_comma_is_an_error_naming_the_line(tmp_path):
+    table = tmp_path / "train.csv"
+    table.write_text('en,de\n"a dog, running",ein Hund\na cat, sleeping,eine Katze\n')
+    with pytest.raises(ValueError, match=r"train.csv, line 3: more values than the header has columns"):
+        load_parallel(table, "en", "de")

@@ -160,3 +160,12 @@ def test_cli_split_punctuation_flag_reaches_the_tokenizer(tmp_path, corpus):
 def pieces_gluing_letters_to_punctuation(tokenizer, sentences) -> set[str]:
     pieces = {piece.lstrip("▁") for sentence in sentences for piece in tokenizer.tokenize(sentence)}
     return {piece for piece in pieces if any(c in ".,;!?" for c in piece) and any(c.isalpha() for c in piece)}
+
+
+def test_training_on_nothing_or_into_a_vocabulary_without_room_for_subwords_is_an_error(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n  \n")
+    with pytest.raises(ValueError, match="no text to train the tokenizer on"):
+        train_tokenizer([empty], vocab_size=400)
+    with pytest.raises(ValueError, match=r"vocab_size=200 leaves no room for subwords.*larger than 260"):
+        train_tokenizer(["ein Satz"], vocab_size=200)

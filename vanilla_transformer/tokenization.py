@@ -28,10 +28,11 @@ MIN_FREQUENCY = 2
 
 @contextlib.contextmanager
 def open_text(path: str | os.PathLike, newline: str | None) -> Iterator[TextIO]:
-    """Open a plain or gzipped UTF-8 text file; a file that is neither is a ValueError that names it."""
+    """Open a plain or gzipped UTF-8 text file, without the byte-order mark some editors write first; a file that
+    is neither is a ValueError that names it."""
     opener = gzip.open if Path(path).suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8", newline=newline) as file:
+        with opener(path, "rt", encoding="utf-8-sig", newline=newline) as file:
             yield file
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as error:  # these messages do not name the file
         raise ValueError(f"{path}: not a readable UTF-8 text file ({error})") from error
@@ -64,6 +65,13 @@ def train_tokenizer(
     a `Path` or names an existing file. `vocab_size` includes the 4 special and 256 byte tokens.
     `split_punctuation` keeps punctuation out of subwords (so "forty-two" is "forty", "-", "two").
     """
+    reserved = len(SPECIAL_TOKENS) + len(BYTE_TOKENS)
+    if vocab_size <= reserved:
+        raise ValueError(
+            f"vocab_size={vocab_size} leaves no room for subwords: the vocabulary holds {len(SPECIAL_TOKENS)} special "
+            f"and {len(BYTE_TOKENS)} byte tokens first, so it must be larger than {reserved}"
+        )
+    texts = _NonBlankCount(_training_texts(files_or_iterator))
     tokenizer = Tokenizer(models.BPE(unk_token=UNK, byte_fallback=True))
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), *([normalizers.Lowercase()] if lowercase else [])])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
@@ -77,7 +85,9 @@ def train_tokenizer(
         special_tokens=[*SPECIAL_TOKENS, *BYTE_TOKENS],  # the trainer is the only way to put them at ids 4-259
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_training_texts(files_or_iterator), trainer)
+    tokenizer.train_from_iterator(texts, trainer)
+    if not texts.count:
+        raise ValueError("no text to train the tokenizer on: the files or sentences given are empty or blank")
 
     # Training registers every trainer special token as an added token, which would match the literal text
     # "<0x41>" and be dropped by `skip_special_tokens`: keep the byte tokens as ordinary vocabulary entries.
@@ -109,6 +119,18 @@ def _training_texts(files_or_iterator) -> Iterable[str]:
                 raise FileNotFoundError(f"tokenizer training files not found: {', '.join(missing)}")
             return _lines_of(files_or_iterator)
     return files_or_iterator
+
+
+class _NonBlankCount:
+    """Passes texts through, counting those that are not blank."""
+
+    def __init__(self, texts: Iterable[str]):
+        self.texts, self.count = texts, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self.texts:
+            self.count += bool(text.strip())
+            yield text
 
 
 def _lines_of(paths: Iterable[str | os.PathLike]) -> Iterator[str]:

@@ -8,6 +8,7 @@ import numbers
 import os
 import random
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -89,13 +90,32 @@ def _load_aligned_files(src_path: Path, tgt_path: Path, languages: tuple[str, st
             f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}: "
             "parallel files must be aligned line by line"
         )
-    return datasets.Dataset.from_dict(dict(zip(languages, (src_lines, tgt_lines), strict=True)))
+    aligned = list(zip(src_lines, tgt_lines, strict=True))
+    blank = [number for number, (src, tgt) in enumerate(aligned, 1) if not (src.strip() and tgt.strip())]
+    if len(blank) == len(aligned):
+        raise ValueError(f"{src_path} and {tgt_path} hold no pair of non-blank lines")
+    if blank:
+        listed = ", ".join(map(str, blank[:5])) + (" ..." if len(blank) > 5 else "")
+        warnings.warn(
+            f"{src_path}, {tgt_path}: {len(blank)} line pair(s) with a blank side left out (lines {listed})",
+            stacklevel=3,
+        )
+    left_out = set(blank)
+    pairs = [pair for number, pair in enumerate(aligned, 1) if number not in left_out]
+    return datasets.Dataset.from_dict(dict(zip(languages, zip(*pairs, strict=True), strict=True)))
 
 
 def _read_records(path: Path, file_format: str) -> Iterator[dict]:
     with open_text(path, newline="") as lines:
         if file_format == "csv":
-            yield from csv.DictReader(lines)
+            reader = csv.DictReader(lines)
+            for record in reader:
+                if None in record:  # DictReader files the values past the header's columns under None
+                    raise ValueError(
+                        f"{path}, line {reader.line_num}: more values than the header has columns "
+                        "(a comma inside an unquoted text? quote it)"
+                    )
+                yield record
             return
         for number, line in enumerate(lines, 1):
             if not line.strip():
