@@ -1,5 +1,6 @@
 """The offline demo, shrunk: it trains, scores held-out numbers, and leaves a folder that translates."""
 
+import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.demo import run_demo
@@ -18,3 +19,6 @@ def test_demo_trains_scores_held_out_numbers_and_saves_a_working_folder(tmp_path
     assert tokenizer.convert_ids_to_tokens(tokenizer("forty-two")["input_ids"])[:3] == ["▁forty", "-", "two"]
     assert len(translate(model, tokenizer, ["seven", ""], num_beams=1)) == 2
     assert (tmp_path / "demo" / "README.md").exists()
+    # a second demo into the same folder is refused unless told to replace it
+    with pytest.raises(ValueError, match=r"demo is not empty: pass --overwrite"):
+        run_demo(tmp_path / "demo", minutes=0.15, train_size=400, test_size=20, max_value=9999)

@@ -440,3 +440,29 @@ def test_averaging_checkpoints_that_are_never_saved_is_refused_before_training()
     ):
         TrainArguments(save_steps=0, average_last_checkpoints=2)
     TrainArguments(save_steps=0, average_last_checkpoints=1)  # nothing to average: fine
+
+
+def test_a_non_empty_output_folder_is_refused_before_training_and_left_as_it_was(corpus_folder, tmp_path):
+    output = tmp_path / "mine"
+    output.mkdir()
+    (output / "README.md").write_text("my notes")
+    (output / "results.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"output_dir .*mine is not empty \(README.md, results.json\)"):
+        TrainingRun(*tiny_arguments(corpus_folder, output))
+    assert sorted(p.name for p in output.iterdir()) == ["README.md", "results.json"]
+    assert (output / "README.md").read_text() == "my notes"
+
+
+def test_overwrite_output_dir_does_not_average_an_earlier_runs_checkpoints(corpus_folder, tmp_path):
+    output = tmp_path / "reused"
+    TrainingRun(*tiny_arguments(corpus_folder, output, max_steps=6, save_steps=2)).run()
+    earlier = sorted(path.name for path in (output / "checkpoints").iterdir())
+    assert earlier == ["step-2", "step-4", "step-6"]
+    with pytest.raises(ValueError, match="is not empty"):
+        TrainingRun(*tiny_arguments(corpus_folder, output))
+    arguments = tiny_arguments(corpus_folder, output, max_steps=2, save_steps=2, average_last_checkpoints=3)
+    arguments[2].overwrite_output_dir = True
+    results = TrainingRun(*arguments).run()
+    # only this run's checkpoint is left and averaged: the earlier run's steps 4 and 6 went
+    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["step-2"]
+    assert results["averaged_checkpoints"] == 1

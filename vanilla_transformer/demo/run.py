@@ -16,7 +16,7 @@ from ..training import DataArguments, ModelArguments, TrainArguments, TrainingRu
 from .number_words import demo_splits, write_parallel_folder
 
 
-def demo_arguments(corpus: Path, output_dir: Path, minutes: float, seed: int):
+def demo_arguments(corpus: Path, output_dir: Path, minutes: float, seed: int, overwrite: bool = False):
     model_args = ModelArguments(
         d_model=128,
         encoder_layers=2,
@@ -50,6 +50,7 @@ def demo_arguments(corpus: Path, output_dir: Path, minutes: float, seed: int):
         max_new_tokens=40,
         eval_batch_size=250,
         report_to="none",
+        overwrite_output_dir=overwrite,
     )
     return model_args, data_args, train_args
 
@@ -67,7 +68,13 @@ def run_demo(
     max_value: int = 999_999,
     seed: int = 0,
     examples: int = 8,
+    overwrite: bool = False,
 ) -> dict:
+    """Train and score the demo into `output_dir`, which must be empty or missing unless `overwrite`."""
+    if not overwrite and output_dir.is_dir() and any(output_dir.iterdir()):
+        raise ValueError(
+            f"{output_dir} is not empty: pass --overwrite to replace the demo there, or another --output-dir"
+        )
     started = time.time()
     splits = demo_splits(train_size=train_size, test_size=test_size, seed=seed, max_value=max_value)
     with tempfile.TemporaryDirectory() as scratch:
@@ -77,7 +84,7 @@ def run_demo(
         train_tokenizer(sentences, vocab_size=600, min_frequency=2, split_punctuation=True).save_pretrained(
             corpus / "tokenizer"
         )
-        trainer = TrainingRun(*demo_arguments(corpus, output_dir, minutes, seed))
+        trainer = TrainingRun(*demo_arguments(corpus, output_dir, minutes, seed, overwrite))
         results = trainer.run()
 
     model, tokenizer = trainer.unwrapped.eval(), trainer.tokenizer
@@ -101,7 +108,10 @@ def add_demo_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--minutes", type=float, default=MINUTES, help="training time")
     parser.add_argument("--train-size", type=int, default=TRAIN_SIZE)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier demo in --output-dir")
     parser.set_defaults(
-        func=lambda args: run_demo(args.output_dir, args.minutes, args.train_size, seed=args.seed) and 0
+        func=lambda args: (
+            run_demo(args.output_dir, args.minutes, args.train_size, seed=args.seed, overwrite=args.overwrite) and 0
+        )
     )
     return parser

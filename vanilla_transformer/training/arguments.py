@@ -184,6 +184,10 @@ class TrainArguments:
     save_total_limit: int = 10
     average_last_checkpoints: int = field(default=1, metadata={"help": "average the last K checkpoints at the end"})
     resume_from_checkpoint: str | None = field(default=None, metadata={"help": "a checkpoint folder, or 'latest'"})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "train into a non-empty output_dir: an earlier run's checkpoints and best model there go"},
+    )
     num_beams: int = 5
     max_new_tokens: int = 128
     eval_batch_size: int = 64

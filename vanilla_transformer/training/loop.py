@@ -22,7 +22,7 @@ from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
 from .data import seq2seq_collator, sequence_lengths, token_budget_batches
 from .evaluation import translation_scores, validation_loss
-from .output_folder import save_model_folder, write_output_folder
+from .output_folder import check_output_folder, clear_earlier_run, save_model_folder, write_output_folder
 from .schedule import build_scheduler
 
 
@@ -118,6 +118,10 @@ class TrainingRun:
             log_with="tensorboard" if tensorboard else None,
             project_dir=str(self.output_dir / "logs") if tensorboard else None,
         )
+        check_output_folder(self.output_dir, train_args)  # every process, so that all of them stop
+        if self.accelerator.is_main_process:
+            clear_earlier_run(self.output_dir, train_args)
+        self.accelerator.wait_for_everyone()
         if train_args.keep_freed_cpu_memory and self.accelerator.device.type == "cpu":
             keep_freed_memory()
         self.corpus: Corpus = corpus or prepare_corpus(data_args)

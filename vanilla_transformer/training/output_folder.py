@@ -2,11 +2,37 @@
 code files, tokenizer, generation config), results.json, and the model card of what the run measured."""
 
 import json
+import shutil
 from pathlib import Path
 
 from ..hub.model_card import ModelCardResults, save_model_card
 from ..hub.push import push_folder
 from .arguments import DataArguments, TrainArguments
+
+# what a run writes beside the model files, and an earlier run would leave to be mixed into a new one's
+RUN_FOLDERS = ("checkpoints", "best")
+
+
+def check_output_folder(folder: Path, args: TrainArguments) -> None:
+    """Refuse, before anything is trained or written, an output folder that already holds files, unless the run
+    continues the one saved there (resume_from_checkpoint) or is told to replace it (overwrite_output_dir)."""
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"output_dir {folder} is a file, not a folder")
+    present = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
+    if present and not (args.resume_from_checkpoint or args.overwrite_output_dir):
+        listed = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
+        raise ValueError(
+            f"output_dir {folder} is not empty ({listed}): name an empty folder, pass --resume_from_checkpoint latest "
+            "to continue the run saved there, or --overwrite_output_dir to replace what a run writes there"
+        )
+
+
+def clear_earlier_run(folder: Path, args: TrainArguments) -> None:
+    """With overwrite_output_dir (and no resume), an earlier run's checkpoints and best model go, so that they are
+    neither averaged into this run's model nor taken for this run's best."""
+    if args.overwrite_output_dir and not args.resume_from_checkpoint:
+        for name in RUN_FOLDERS:
+            shutil.rmtree(folder / name, ignore_errors=True)
 
 
 def save_model_folder(model, tokenizer, folder: Path) -> None:
