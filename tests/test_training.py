@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -466,3 +467,41 @@ def test_overwrite_output_dir_does_not_average_an_earlier_runs_checkpoints(corpu
     # only this run's checkpoint is left and averaged: the earlier run's steps 4 and 6 went
     assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["step-2"]
     assert results["averaged_checkpoints"] == 1
+
+
+KILLED_WHILE_SAVING = """
+import os, signal, sys
+from accelerate import Accelerator
+from vanilla_transformer.training import TrainingRun, parse_arguments
+
+save_state = Accelerator.save_state
+
+def save_state_then_die(self, output_dir=None, **kwargs):
+    save_state(self, output_dir, **kwargs)
+    if "step-4" in str(output_dir):
+        os.kill(os.getpid(), signal.SIGKILL)  # the files are written; the checkpoint is not complete yet
+
+Accelerator.save_state = save_state_then_die
+TrainingRun(*parse_arguments(sys.argv[1:])).run()
+"""
+
+
+def test_a_checkpoint_cut_short_by_sigkill_is_left_out_of_latest_and_named(corpus_folder, tmp_path, capsys):
+    output = tmp_path / "killed"
+    flags = [*tiny_train_flags(corpus_folder), "--max_steps", "6", "--save_steps", "2", "--output_dir", str(output)]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WHILE_SAVING, *flags],
+        capture_output=True,
+        text=True,
+        env=QUIET_THREADS,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == [".step-4.partial", "step-2"]
+
+    resumed = TrainingRun(*parse_arguments([*flags, "--resume_from_checkpoint", "latest"]))
+    with pytest.warns(UserWarning, match=r"incomplete checkpoint\(s\) .* did not finish: \.step-4\.partial"):
+        results = resumed.run()
+    assert "step-2 at step 2" in capsys.readouterr().out  # resumed from the newest complete checkpoint
+    assert results["train_steps"] == 6
+    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["step-2", "step-4", "step-6"]

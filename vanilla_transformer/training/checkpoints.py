@@ -2,6 +2,7 @@
 
 import re
 import shutil
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from safetensors.torch import load_file
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
+# a checkpoint being written, renamed to step-N when complete
+PARTIAL_PATTERN = re.compile(r"^\.step-(\d+)\.partial$")
 
 
 @dataclass
@@ -42,10 +45,25 @@ def checkpoint_folders(root: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def partial_folder(folder: Path) -> Path:
+    """Where the checkpoint `folder` is written before it is complete."""
+    return folder.with_name(f".{folder.name}.partial")
+
+
 def resolve_resume(root: Path, requested: str | None) -> Path | None:
+    """The checkpoint to resume from: `requested` itself, or with "latest" the newest complete one under `root` (an
+    incomplete one, from a save that was cut short, is named in a warning and left out)."""
     if not requested:
         return None
     if requested == "latest":
+        incomplete = (
+            sorted(path.name for path in root.iterdir() if PARTIAL_PATTERN.match(path.name)) if root.is_dir() else []
+        )
+        if incomplete:
+            warnings.warn(
+                f"incomplete checkpoint(s) under {root} left out, a save that did not finish: {', '.join(incomplete)}",
+                stacklevel=2,
+            )
         folders = checkpoint_folders(root)
         if not folders:
             raise FileNotFoundError(f"--resume_from_checkpoint latest: no checkpoint under {root}")

@@ -6,6 +6,7 @@ import importlib.util
 import logging
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from transformers import GenerationConfig
 
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .arguments import DataArguments, ModelArguments, TrainArguments
-from .checkpoints import TrainingState, average_weights, checkpoint_folders, prune, resolve_resume
+from .checkpoints import TrainingState, average_weights, checkpoint_folders, partial_folder, prune, resolve_resume
 from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
 from .data import seq2seq_collator, sequence_lengths, token_budget_batches
@@ -193,10 +194,18 @@ class TrainingRun:
         return totals[0].item(), int(totals[1].item())
 
     def save_checkpoint(self) -> None:
+        """Every process writes into a partial folder; once all are done it is renamed into place, so a checkpoint
+        folder is complete or absent (a kill or a full disk during the save leaves only the partial one)."""
         folder = self.checkpoint_root / f"step-{self.state.step}"
-        with _quiet_shared_tensor_warning():
-            self.accelerator.save_state(str(folder))
+        partial = partial_folder(folder)
         if self.accelerator.is_main_process:
+            shutil.rmtree(partial, ignore_errors=True)  # left by a save that was cut short
+        self.accelerator.wait_for_everyone()
+        with _quiet_shared_tensor_warning():
+            self.accelerator.save_state(str(partial))
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            partial.rename(folder)
             prune(self.checkpoint_root, max(self.args.save_total_limit, self.args.average_last_checkpoints))
         self.accelerator.wait_for_everyone()
 
