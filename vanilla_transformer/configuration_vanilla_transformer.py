@@ -149,6 +149,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
         if self.sliding_window is not None and self.sliding_window < 1:
             raise _invalid("sliding_window", self.sliding_window, "must be None or a positive integer")
 
+    def validate_special_tokens(self):
+        for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, field)
+            for token_id in value if isinstance(value, list) else [value]:
+                if token_id is not None and not 0 <= token_id < self.vocab_size:
+                    raise _invalid(field, value, f"must be a token id of the vocabulary, in [0, {self.vocab_size})")
+
     def validate_key_value_heads(self):
         if self.num_key_value_heads is None:
             return

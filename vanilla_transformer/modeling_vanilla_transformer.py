@@ -61,7 +61,13 @@ def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str) -> None
     """Fail with the culprit named instead of an index error deep inside the embedding (or a CUDA assert)."""
     if token_ids.dim() != 2:
         raise ValueError(f"{name} must have shape (batch, sequence), got {tuple(token_ids.shape)}")
-    if token_ids.numel() and not torch.compiler.is_compiling():
+    if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got {token_ids.dtype}")
+    if not token_ids.numel():
+        raise ValueError(
+            f"{name} is empty, shape {tuple(token_ids.shape)}: a batch needs a sequence of a token or more"
+        )
+    if not torch.compiler.is_compiling():
         low, high = int(token_ids.min()), int(token_ids.max())
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
@@ -69,6 +75,9 @@ def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str) -> None
 
 
 def check_mask(mask: torch.Tensor | None, expected: tuple[int, int], name: str) -> None:
+    """A (batch, sequence) mask of the tokens' shape; a 4-D mask is transformers' own (batch, heads, query, key)."""
+    if mask is not None and mask.dim() not in (2, 4):
+        raise ValueError(f"{name} must have shape (batch, sequence) = {expected}, got {tuple(mask.shape)}")
     if mask is not None and mask.dim() == 2 and tuple(mask.shape) != expected:
         raise ValueError(f"{name} has shape {tuple(mask.shape)} but the tokens it masks have shape {expected}")
 
