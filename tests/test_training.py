@@ -505,3 +505,13 @@ def test_a_checkpoint_cut_short_by_sigkill_is_left_out_of_latest_and_named(corpu
     assert "step-2 at step 2" in capsys.readouterr().out  # resumed from the newest complete checkpoint
     assert results["train_steps"] == 6
     assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["step-2", "step-4", "step-6"]
+
+
+def test_a_time_budgeted_run_shows_progress_in_seconds_of_its_budget(corpus_folder, tmp_path):
+    shown = dict(disable_progress_bar=False)
+    arguments = tiny_arguments(corpus_folder, tmp_path / "timed", max_train_minutes=0.5, max_steps=8000, **shown)
+    corpus = prepare_corpus(arguments[1])
+    timed = TrainingRun(*arguments, corpus=corpus).progress_bar()
+    assert (timed.total, timed.n, timed.format_dict["unit"]) == (30, 0, "s")  # not 8000 steps, an ETA of hours
+    counted = TrainingRun(*tiny_arguments(corpus_folder, tmp_path / "counted", **shown), corpus=corpus).progress_bar()
+    assert (counted.total, counted.format_dict["unit"]) == (4, "it")

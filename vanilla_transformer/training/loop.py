@@ -259,16 +259,26 @@ class TrainingRun:
         budget = self.args.max_train_seconds
         return budget is not None and self.state.train_seconds > budget
 
+    def progress_bar(self) -> tqdm:
+        """Over the steps; under a time budget, over its seconds with the steps in the postfix: the clock then ends
+        the run, and an ETA from max_steps would be hours off."""
+        budget = self.args.max_train_seconds
+        options = dict(disable=self.args.disable_progress_bar or not self.accelerator.is_main_process, mininterval=1.0)
+        if budget is None:
+            return tqdm(total=self.args.max_steps, initial=self.state.step, desc="training", **options)
+        spent = min(round(self.state.train_seconds), round(budget))
+        return tqdm(total=round(budget), initial=spent, unit="s", desc="training (time budget)", **options)
+
+    def advance(self, progress: tqdm) -> None:
+        if self.args.max_train_seconds is None:
+            progress.update(1)
+        else:
+            progress.update(min(round(self.state.train_seconds), progress.total) - progress.n)
+
     def run(self) -> dict:
         self.resume()
         self.model.train()
-        progress = tqdm(
-            total=self.args.max_steps,
-            initial=self.state.step,
-            desc="training",
-            disable=self.args.disable_progress_bar or not self.accelerator.is_main_process,
-            mininterval=1.0,
-        )
+        progress = self.progress_bar()
         carried, launched = self.state.train_seconds, self.clock()
         window_tokens, window_start = 0, time.time()
         while self.state.step < self.args.max_steps:
@@ -280,11 +290,16 @@ class TrainingRun:
             if self.state.step == self.args.warmup_steps:
                 self.state.warmup_seconds = self.state.train_seconds
             window_tokens += tokens
-            progress.update(1)
+            self.advance(progress)
             if self.state.step % self.args.logging_steps == 0 or self.state.step == self.args.max_steps:
                 rate = window_tokens / max(time.time() - window_start, 1e-9)
                 learning_rate = self.scheduler.get_last_lr()[0]
-                progress.set_postfix(loss=f"{loss:.3f}", lr=f"{learning_rate:.2e}", tok_s=f"{rate:,.0f}")
+                progress.set_postfix(
+                    step=f"{self.state.step}/{self.args.max_steps}",
+                    loss=f"{loss:.3f}",
+                    lr=f"{learning_rate:.2e}",
+                    tok_s=f"{rate:,.0f}",
+                )
                 self.accelerator.log(
                     {"train/loss": loss, "train/lr": learning_rate, "train/tokens_per_s": rate}, step=self.state.step
                 )
