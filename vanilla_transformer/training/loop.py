@@ -23,7 +23,14 @@ from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
 from .data import seq2seq_collator, sequence_lengths, token_budget_batches
 from .evaluation import translation_scores, validation_loss
-from .output_folder import check_output_folder, clear_earlier_run, save_model_folder, write_output_folder
+from .output_folder import (
+    BEST,
+    CHECKPOINTS,
+    check_output_folder,
+    clear_earlier_run,
+    save_model_folder,
+    write_output_folder,
+)
 from .schedule import build_scheduler
 
 
@@ -108,7 +115,7 @@ class TrainingRun:
         self.output_dir = Path(train_args.output_dir)
         # seconds for the time budget; an attribute so that a test can drive the budget with a fake clock
         self.clock = time.monotonic
-        self.checkpoint_root = self.output_dir / "checkpoints"
+        self.checkpoint_root = self.output_dir / CHECKPOINTS
         tensorboard = wants_tensorboard(train_args.report_to)
         self.accelerator = Accelerator(
             cpu=use_cpu(train_args),
@@ -236,7 +243,7 @@ class TrainingRun:
             if score > self.state.best_bleu:
                 self.state.best_bleu, self.state.best_step = score, self.state.step
                 # a complete folder: translate and from_pretrained load it like the final one
-                save_model_folder(self.unwrapped, self.tokenizer, self.output_dir / "best")
+                save_model_folder(self.unwrapped, self.tokenizer, self.output_dir / BEST)
         self.accelerator.wait_for_everyone()
         return metrics
 

@@ -9,8 +9,10 @@ from ..hub.model_card import ModelCardResults, save_model_card
 from ..hub.push import push_folder
 from .arguments import DataArguments, TrainArguments
 
-# what a run writes beside the model files, and an earlier run would leave to be mixed into a new one's
-RUN_FOLDERS = ("checkpoints", "best")
+# what a run writes beside the model files (its checkpoints, its best model by validation BLEU), and an earlier run
+# would leave to be mixed into a new one's
+CHECKPOINTS, BEST = "checkpoints", "best"
+RUN_FOLDERS = (CHECKPOINTS, BEST)
 
 
 def check_output_folder(folder: Path, args: TrainArguments) -> None:
