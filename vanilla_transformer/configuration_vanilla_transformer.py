@@ -87,7 +87,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     drop_path_rate: float | int = 0.0
     norm_placement: str = "post"
     norm_type: str = "layernorm"
-    layer_norm_eps: float = 1e-5
+    layer_norm_eps: float | int = 1e-5
     position_embedding_type: str = "sinusoidal"
     max_position_embeddings: int = 512
     rope_theta: float | int = 10000.0
@@ -97,7 +97,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     sliding_window: int | None = None
     label_smoothing: float | int = 0.0
     weight_init: str = "xavier"
-    init_std: float = 0.02
+    init_std: float | int = 0.02
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0

@@ -23,6 +23,9 @@ embeddings; Xavier or normal initialisation; and whatever attention kernel trans
 This file and its siblings travel to the Hub as remote code: they import only torch and transformers.
 """
 
+import difflib
+import inspect
+
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
@@ -36,7 +39,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.utils.deprecation import deprecate_kwarg
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from .attention import VanillaTransformerAttention
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -80,6 +83,22 @@ def check_mask(mask: torch.Tensor | None, expected: tuple[int, int], name: str) 
         raise ValueError(f"{name} must have shape (batch, sequence) = {expected}, got {tuple(mask.shape)}")
     if mask is not None and mask.dim() == 2 and tuple(mask.shape) != expected:
         raise ValueError(f"{name} has shape {tuple(mask.shape)} but the tokens it masks have shape {expected}")
+
+
+# the keywords that reach the stacks through `**kwargs`: transformers' own (as `TransformersKwargs` lists them) and
+# those generate() passes on
+PASSED_ON_KEYWORDS = frozenset(TransformersKwargs.__annotations__) | {"cache_position", "return_dict"}
+
+
+def check_keywords(kwargs: dict) -> None:
+    """A misspelled keyword (`attention_maks=`) would vanish into `**kwargs` and its value be ignored. Checked by the
+    model's forward, not the stacks': generate() hands the encoder every keyword it was given."""
+    unknown = [name for name in kwargs if name not in PASSED_ON_KEYWORDS]
+    if unknown:
+        known = [*inspect.signature(VanillaTransformerForConditionalGeneration.forward).parameters, *PASSED_ON_KEYWORDS]
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(f"forward() got an unexpected keyword argument {unknown[0]!r}{hint}")
 
 
 class TokenEmbedding(nn.Module):
@@ -388,6 +407,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
+        check_keywords(kwargs)
         if isinstance(cache, tuple):
             raise ValueError("Legacy tuple caches are not supported; pass an EncoderDecoderCache.")
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
@@ -466,6 +486,22 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+        """What transformers leaves to fail later: no beams at all (a ZeroDivisionError), special tokens outside the
+        vocabulary (written into the output, then fed back as decoder input)."""
+        super()._validate_generation_mode(generation_mode, generation_config, generation_mode_kwargs)
+        if generation_config.num_beams is not None and generation_config.num_beams < 1:
+            raise ValueError(
+                f"num_beams={generation_config.num_beams} must be 1 (greedy or sampling) or more (beam search)"
+            )
+        vocab_size = self.config.vocab_size
+        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(generation_config, name, None)
+            ids = value.tolist() if torch.is_tensor(value) else value
+            for token_id in ids if isinstance(ids, list) else [ids]:
+                if token_id is not None and not 0 <= token_id < vocab_size:
+                    raise ValueError(f"{name}={token_id} is outside the vocabulary [0, {vocab_size})")
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
