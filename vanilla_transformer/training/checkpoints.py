@@ -1,5 +1,6 @@
 """Training checkpoints: what a resumed run needs beyond Accelerate's own state, pruning, and averaging."""
 
+import json
 import re
 import shutil
 import warnings
@@ -13,6 +14,10 @@ from transformers.utils import SAFE_WEIGHTS_NAME
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
 # a checkpoint being written, renamed to step-N when complete
 PARTIAL_PATTERN = re.compile(r"^\.step-(\d+)\.partial$")
+# our part of a checkpoint, as JSON: Accelerate would pickle it (custom_checkpoint_0.pkl) and unpickle it with
+# weights_only=False, which runs whatever code a doctored checkpoint carries
+TRAINING_STATE = "training_state.json"
+LEGACY_TRAINING_STATE = "custom_checkpoint_0.pkl"
 
 
 @dataclass
@@ -35,6 +40,29 @@ class TrainingState:
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
             setattr(self, name, value)
+
+    def save(self, checkpoint: Path) -> None:
+        (checkpoint / TRAINING_STATE).write_text(json.dumps(self.state_dict(), indent=1) + "\n")
+
+    def load(self, checkpoint: Path) -> None:
+        """From the checkpoint's JSON; a checkpoint written before the JSON holds Accelerate's pickle of the same
+        dict of numbers and lists, which loads with weights_only=True (no code runs)."""
+        if (checkpoint / TRAINING_STATE).is_file():
+            text = (checkpoint / TRAINING_STATE).read_text()
+            try:
+                state = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{checkpoint / TRAINING_STATE} is corrupt: {error}") from error
+        elif (checkpoint / LEGACY_TRAINING_STATE).is_file():
+            state = torch.load(checkpoint / LEGACY_TRAINING_STATE, map_location="cpu", weights_only=True)
+        else:
+            raise FileNotFoundError(
+                f"{checkpoint / TRAINING_STATE} is missing: {checkpoint} is not a training checkpoint"
+            )
+        unknown = set(state) - set(self.state_dict())
+        if unknown:
+            raise ValueError(f"{checkpoint / TRAINING_STATE} holds unknown fields: {', '.join(sorted(unknown))}")
+        self.load_state_dict(state)
 
 
 def checkpoint_folders(root: Path) -> list[Path]:
@@ -71,6 +99,11 @@ def resolve_resume(root: Path, requested: str | None) -> Path | None:
     path = Path(requested)
     if not path.is_dir():
         raise FileNotFoundError(f"--resume_from_checkpoint {requested}: no such checkpoint folder")
+    if not any((path / name).is_file() for name in (TRAINING_STATE, LEGACY_TRAINING_STATE)):
+        raise FileNotFoundError(
+            f"--resume_from_checkpoint {requested}: not a training checkpoint (no {TRAINING_STATE}); checkpoints are "
+            f"the step-N folders under OUTPUT/{root.name}, or pass latest"
+        )
     return path
 
 
