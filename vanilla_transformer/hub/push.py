@@ -16,14 +16,26 @@ import warnings
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
+from huggingface_hub import utils as hub_utils
 from transformers.dynamic_module_utils import get_relative_imports
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+from .connection import HubUnreachableError
 
 # a Hub repo id, model or dataset: "name" or "owner/name"
 HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
 
-# Files of another tokenizer format that stand in for tokenizer.json.
-_TOKENIZER_VOCABULARIES = ("tokenizer.json", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
+# Failures to connect of the HTTP client huggingface_hub uses (httpx or its fork), which are no OSErrors.
+_CONNECTION_ERRORS = (hub_utils.httpx.TransportError,) if hasattr(hub_utils, "httpx") else ()
+# tokenizer.json, or a file of another tokenizer format that stands in for it
+TOKENIZER_VOCABULARIES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+)
 # Auto classes a translation model folder must map to its code files.
 _REQUIRED_AUTO_CLASSES = ("AutoConfig", "AutoModelForSeq2SeqLM")
 # Training leftovers beside a model's own files that have no place in a published model.
@@ -66,7 +78,7 @@ def missing_model_files(folder: str | os.PathLike) -> list[str]:
 
     if not (folder / "tokenizer_config.json").is_file():
         missing.append("tokenizer_config.json")
-    if not any((folder / name).is_file() for name in _TOKENIZER_VOCABULARIES):
+    if not any((folder / name).is_file() for name in TOKENIZER_VOCABULARIES):
         missing.append("tokenizer.json")
     return missing
 
@@ -140,7 +152,12 @@ def push_folder(
         )
 
     api = HfApi(token=token)
-    repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    try:
+        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    except _CONNECTION_ERRORS as error:  # the command would end in a traceback
+        raise HubUnreachableError(
+            f"push to {repo_id}", f"check the network ({type(error).__name__}: {error})"
+        ) from error
     repo_id = repo_url.repo_id
     if revision is not None:
         api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..hub.push import HUB_ID
 from ..tokenization import iter_lines
+from .loading import load_model_folder, load_tokenizer
 
 DEFAULT_NUM_BEAMS = 5
 BATCH_SIZE = 32
@@ -87,12 +87,8 @@ def _translate(
 ) -> list[str]:
     if isinstance(texts, str):
         raise TypeError("translate() takes a list of texts, not a single string: wrap it as [text]")
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be a positive integer")
+    check_options(num_beams, max_new_tokens, batch_size, max_input_tokens)
     config, generation_config = model.config, model.generation_config
-    for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)):
-        if value is not None and value < 1:
-            raise ValueError(f"{name}={value} must be a positive integer (or None for the generation config's)")
     num_beams = num_beams or generation_config.num_beams or DEFAULT_NUM_BEAMS
     max_new_tokens = max_new_tokens or generation_config.max_new_tokens
     # A generation config that limits the total length instead is honoured by generate() itself.
@@ -101,8 +97,6 @@ def _translate(
     max_positions = getattr(config, "max_position_embeddings", None) if learned else None
     if max_input_tokens is None:
         max_input_tokens = max_positions or DEFAULT_MAX_INPUT_TOKENS
-    if max_input_tokens < 1:
-        raise ValueError(f"max_input_tokens={max_input_tokens} must be a positive integer")
     if max_positions is not None and max_new_tokens is not None and max_new_tokens > max_positions:
         # the decoder's learned position table has no row past max_position_embeddings
         max_new_tokens = max_positions
@@ -158,6 +152,17 @@ def _translate(
     return results
 
 
+def check_options(num_beams: int | None, max_new_tokens: int | None, batch_size: int, max_input_tokens: int | None):
+    """Checked before a model is loaded: a wrong number should not wait for the model to be read."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be a positive integer")
+    for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}={value} must be a positive integer (or None for the generation config's)")
+    if max_input_tokens is not None and max_input_tokens < 1:
+        raise ValueError(f"max_input_tokens={max_input_tokens} must be a positive integer")
+
+
 def _truncate(ids: list[int], max_tokens: int, eos_token_id: int | None) -> list[int]:
     """Cut to `max_tokens`, keeping the end-of-sequence token the encoder was trained to see last."""
     if len(ids) <= max_tokens:
@@ -194,6 +199,8 @@ def load_for_translation(
     `device`: None takes "cuda" when available, else "cpu". `dtype`: None keeps the saved precision; else one of
     float32 / bfloat16 / float16 (name or torch dtype). `trust_remote_code=True` runs the code files the folder
     carries; it is not needed while this package is importable (it registers the classes with the Auto classes).
+    A local folder with a file missing or corrupt, or a repo id that is neither reachable nor in the local cache,
+    is an error naming the file or the repo at once (see `vanilla_transformer.inference.loading`).
     """
     if isinstance(dtype, str):
         if dtype not in DTYPES:
@@ -201,14 +208,10 @@ def load_for_translation(
         dtype = DTYPES[dtype]
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    name_or_path = str(name_or_path)
-    if not Path(name_or_path).exists() and not HUB_ID.fullmatch(name_or_path):
-        raise FileNotFoundError(
-            f"{name_or_path}: no such model folder (nor a Hub repo id, which is NAME or OWNER/NAME)"
-        )
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    # the tokenizer first: its checks are quick, the weights may take a while to load
+    tokenizer = load_tokenizer(name_or_path, described_as="model", trust_remote_code=trust_remote_code)
     model_kwargs = {"dtype": dtype} if dtype is not None else {}
-    model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **model_kwargs)
+    model = load_model_folder(name_or_path, trust_remote_code=trust_remote_code, **model_kwargs)
     return model.to(device).eval(), tokenizer
 
 
@@ -241,6 +244,7 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
 
 
 def run_translate(args: argparse.Namespace) -> int:
+    check_options(args.num_beams, args.max_new_tokens, args.batch_size, args.max_input_tokens)
     if args.input:
         missing = [str(path) for path in args.input if not path.is_file()]
         if missing:

@@ -3,8 +3,9 @@
 from dataclasses import dataclass
 
 import datasets
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
+from ..inference.loading import load_tokenizer
 from ..tokenization import train_tokenizer
 from .arguments import DataArguments
 from .data import filter_by_length, load_parallel
@@ -24,7 +25,7 @@ def load_split(args: DataArguments, split: str) -> datasets.Dataset:
 
 def obtain_tokenizer(args: DataArguments, train_text: datasets.Dataset) -> PreTrainedTokenizerBase:
     if args.tokenizer:
-        return AutoTokenizer.from_pretrained(args.tokenizer)
+        return load_tokenizer(args.tokenizer)
     sentences = (sentence for column in (args.source_lang, args.target_lang) for sentence in train_text[column])
     return train_tokenizer(
         sentences, vocab_size=args.vocab_size, lowercase=args.lowercase, split_punctuation=args.split_punctuation
@@ -47,10 +48,13 @@ def tokenize(dataset: datasets.Dataset, tokenizer, args: DataArguments, keep_tex
 
 
 def prepare_corpus(args: DataArguments) -> Corpus:
+    # every split is read before a tokenizer is trained, so that a missing or broken one is found out at once
     train_text = load_split(args, args.train_split)
+    validation_text = load_split(args, args.validation_split)
+    test_text = load_split(args, args.test_split) if args.test_split else None
     tokenizer = obtain_tokenizer(args, train_text)
     train = tokenize(train_text, tokenizer, args, keep_text=False)
     train = filter_by_length(train, max_len=max(args.max_source_length, args.max_target_length))
-    validation = tokenize(load_split(args, args.validation_split), tokenizer, args, keep_text=True)
-    test = tokenize(load_split(args, args.test_split), tokenizer, args, keep_text=True) if args.test_split else None
+    validation = tokenize(validation_text, tokenizer, args, keep_text=True)
+    test = tokenize(test_text, tokenizer, args, keep_text=True) if test_text is not None else None
     return Corpus(tokenizer=tokenizer, train=train, validation=validation, test=test)

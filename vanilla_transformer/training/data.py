@@ -16,6 +16,7 @@ import datasets
 import pyarrow.compute as pc
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
+from ..hub.connection import HubUnreachableError, load_dataset_or_cache
 from ..hub.push import HUB_ID
 from ..tokenization import open_text, read_lines
 
@@ -151,7 +152,9 @@ def _load_table(path: Path, languages: tuple[str, str]) -> datasets.Dataset:
 def _load_hub(dataset_id: str, languages: tuple[str, str], split: str, name: str | None) -> datasets.Dataset:
     try:
         # An unknown split raises datasets' own ValueError, which lists the available splits.
-        dataset = datasets.load_dataset(dataset_id, name, split=split)
+        dataset = load_dataset_or_cache(dataset_id, name, split=split)
+    except HubUnreachableError:
+        raise
     except OSError as error:  # DatasetNotFoundError and connection errors are OSErrors
         raise FileNotFoundError(
             f"{dataset_id}: not a local file or folder, and loading it from the Hub failed: {error}"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ..inference.loading import MissingTokenizerError, load_config, load_model_folder, load_tokenizer
 from .attention import STACKS, cross_attention_alignment, self_attention_heatmaps
 from .masks import mask_plots
 from .positions import (
@@ -86,23 +87,24 @@ def add_plot_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 
 def _load_model(folder: Path):
-    from transformers import AutoModelForSeq2SeqLM  # our classes are registered by the package's __init__
+    # a str, so that a Hub repo id given as --model stays one
+    return load_model_folder(str(folder), attn_implementation="eager").eval()
 
-    return AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
 
-
-def _load_tokenizer(folder: Path):
-    from transformers import AutoTokenizer
-
+def _load_tokenizer(args: argparse.Namespace):
+    """The tokenizer of `--tokenizer`, else of `--model`."""
+    if args.tokenizer is not None:
+        return load_tokenizer(str(args.tokenizer))
     try:
-        return AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"No tokenizer could be loaded from {folder}: pass --tokenizer FOLDER. ({error})") from error
+        return load_tokenizer(str(args.model))
+    except MissingTokenizerError as error:
+        raise MissingTokenizerError(f"{error}, or pass --tokenizer FOLDER") from None
 
 
 def _load_model_and_tokenizer(args: argparse.Namespace):
     """The `--model` folder's model (eager attention, eval mode) and the tokenizer of `--tokenizer`, else `--model`."""
-    return _load_model(args.model), _load_tokenizer(args.tokenizer or args.model)
+    tokenizer = _load_tokenizer(args)  # first: its checks are quick, the weights may take a while to load
+    return _load_model(args.model), tokenizer
 
 
 def _wrote(result) -> int:
@@ -164,13 +166,11 @@ def _run_masks(args: argparse.Namespace) -> int:
     sliding_window = args.sliding_window
     tokens = None
     if args.model and sliding_window is None:
-        from transformers import AutoConfig
-
-        sliding_window = AutoConfig.from_pretrained(args.model).sliding_window
+        sliding_window = load_config(str(args.model)).sliding_window
     if args.text:
         if not (args.tokenizer or args.model):
             raise SystemExit("plot masks --text needs a tokenizer: pass --tokenizer FOLDER or --model FOLDER.")
-        tokenizer = _load_tokenizer(args.tokenizer or args.model)
+        tokenizer = _load_tokenizer(args)
         tokenizer.padding_side = args.padding_side
         encoded = tokenizer(args.text, padding=True, return_tensors="pt")
         attention_mask = encoded["attention_mask"]

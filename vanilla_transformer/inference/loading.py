@@ -1,0 +1,196 @@
+"""Loading a saved model, its config or its tokenizer from a local folder or a Hub repo id, with errors that name
+the culprit: the missing or corrupt file of a local folder, or the repo id when the Hub cannot be reached (at once,
+instead of after a minute of retries; a repo in the local cache still loads).
+
+transformers' own messages for these cases name no file (a truncated model.safetensors is a bare SafetensorError,
+a folder without a tokenizer asks to install sentencepiece), so a local folder is checked before it is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from safetensors import SafetensorError, safe_open
+from tokenizers import Tokenizer
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+
+from ..hub.connection import from_pretrained_or_cache
+from ..hub.push import HUB_ID, TOKENIZER_VOCABULARIES
+
+TOKENIZER_FILE = "tokenizer.json"
+_TOKENIZER_JSON_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+_SAVE_MODEL_AGAIN = "save the model again or download it again"
+_SAVE_TOKENIZER_AGAIN = "save the tokenizer again (tokenizer.save_pretrained) or download it again"
+
+
+class CorruptFileError(ValueError):
+    """A file of a model folder that cannot be read: truncated, overwritten, or not the format its name says."""
+
+    def __init__(self, culprit: str | Path, error: BaseException | str, remedy: str):
+        self.culprit = culprit
+        reason = " ".join(str(error).split()) or type(error).__name__
+        super().__init__(f"{culprit} is corrupt or truncated ({reason}): {remedy}")
+
+
+class MissingTokenizerError(FileNotFoundError):
+    """A folder without any tokenizer file."""
+
+
+def load_model_folder(
+    name_or_path: str | os.PathLike, *, model_class=AutoModelForSeq2SeqLM, **kwargs
+) -> PreTrainedModel:
+    """`model_class.from_pretrained(name_or_path, **kwargs)`; a local folder is checked first (config.json and the
+    weights present and readable), a Hub repo id fails at once when the Hub is unreachable and not cached."""
+    folder = _local_folder(name_or_path, "model")
+    if folder is None:
+        try:
+            return from_pretrained_or_cache(model_class, str(name_or_path), "model", **kwargs)
+        except SafetensorError as error:  # a file of the Hub cache, cut short by an interrupted download, say
+            remedy = "download it again with from_pretrained(..., force_download=True)"
+            raise CorruptFileError(f"a weights file of {name_or_path} in the Hub cache", error, remedy) from error
+    check_config_file(folder)
+    check_weight_files(folder)
+    return model_class.from_pretrained(folder, **kwargs)
+
+
+def load_config(name_or_path: str | os.PathLike, **kwargs) -> PretrainedConfig:
+    """`AutoConfig.from_pretrained(name_or_path, **kwargs)`, with the checks of `load_model_folder` for config.json."""
+    folder = _local_folder(name_or_path, "model")
+    if folder is None:
+        return from_pretrained_or_cache(AutoConfig, str(name_or_path), "model", **kwargs)
+    check_config_file(folder)
+    return AutoConfig.from_pretrained(folder, **kwargs)
+
+
+def load_tokenizer(
+    name_or_path: str | os.PathLike, *, described_as: str = "tokenizer", **kwargs
+) -> PreTrainedTokenizerBase:
+    """`AutoTokenizer.from_pretrained(name_or_path, **kwargs)`; a local folder is checked first (a tokenizer file
+    present, its JSON files readable), a Hub repo id fails at once when the Hub is unreachable and not cached.
+    `described_as` names what the user asked for in those errors ("model" when the tokenizer comes with one)."""
+    path = Path(name_or_path)
+    if path.is_file():  # transformers' business (some tokenizers load from a single vocabulary file)
+        return AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    folder = _local_folder(name_or_path, described_as)
+    if folder is None:
+        return from_pretrained_or_cache(AutoTokenizer, str(name_or_path), described_as, **kwargs)
+    check_tokenizer_files(folder)
+    return AutoTokenizer.from_pretrained(folder, **kwargs)
+
+
+def _local_folder(name_or_path: str | os.PathLike, described_as: str) -> Path | None:
+    """The folder `name_or_path` names, or None for a Hub repo id."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise NotADirectoryError(f"{path} is a file, not a {described_as} folder: pass the folder that holds it")
+    if _is_hub_id(str(name_or_path)):
+        return None
+    raise FileNotFoundError(
+        f"{name_or_path}: no such {described_as} folder (nor a Hub repo id, which is NAME or OWNER/NAME)"
+    )
+
+
+def _is_hub_id(name: str) -> bool:
+    """Whether `name` can be a Hub repo id; "./model" or "../model", say, is a local path however it is spelt."""
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return HUB_ID.fullmatch(name) is not None
+
+
+def check_config_file(folder: Path) -> None:
+    """config.json is there and is JSON."""
+    if not (folder / CONFIG_NAME).is_file():
+        raise FileNotFoundError(
+            f"{folder} has no {CONFIG_NAME}, so it is no saved model folder: model.save_pretrained({str(folder)!r}) "
+            "writes one"
+        )
+    _read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
+
+
+def check_weight_files(folder: Path) -> None:
+    """The weights are there: model.safetensors, or the shards its index names, each with a readable header that
+    covers the whole file (a truncated file fails here, at the cost of reading its header), or a PyTorch .bin."""
+    index_file = folder / SAFE_WEIGHTS_INDEX_NAME
+    if index_file.is_file():
+        index = _read_json(index_file, _SAVE_MODEL_AGAIN)
+        try:
+            shards = sorted(set(index["weight_map"].values()))
+        except (KeyError, TypeError, AttributeError) as error:
+            raise CorruptFileError(index_file, f"no weight_map: {error!r}", _SAVE_MODEL_AGAIN) from error
+        missing = [shard for shard in shards if not (folder / shard).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"{folder} lacks {', '.join(missing)} of the weight shards {SAFE_WEIGHTS_INDEX_NAME} names: "
+                "copy them there, or save the model again"
+            )
+    elif (folder / SAFE_WEIGHTS_NAME).is_file():
+        shards = [SAFE_WEIGHTS_NAME]
+    elif (folder / WEIGHTS_NAME).is_file() or (folder / WEIGHTS_INDEX_NAME).is_file():
+        return  # PyTorch pickles: transformers names the file of a broken one
+    else:
+        raise FileNotFoundError(
+            f"{folder} has no {SAFE_WEIGHTS_NAME} (the model's weights): save them there with "
+            f"model.save_pretrained({str(folder)!r})"
+        )
+    for shard in shards:
+        try:
+            with safe_open(folder / shard, framework="pt"):
+                pass
+        except SafetensorError as error:
+            raise CorruptFileError(folder / shard, error, _SAVE_MODEL_AGAIN) from error
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """A tokenizer file is there, and tokenizer.json and the JSON files AutoTokenizer reads are readable."""
+    if not any((folder / name).is_file() for name in TOKENIZER_VOCABULARIES):
+        raise MissingTokenizerError(
+            f"{folder} holds no tokenizer ({TOKENIZER_FILE}): save one with tokenizer.save_pretrained({str(folder)!r})"
+        )
+    tokenizer_file = folder / TOKENIZER_FILE
+    if tokenizer_file.is_file():
+        try:
+            Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
+        except OSError:
+            raise  # unreadable rather than corrupt, and its message names the file
+        except Exception as error:  # tokenizers raises a bare Exception for anything it cannot parse
+            raise CorruptFileError(tokenizer_file, error, _SAVE_TOKENIZER_AGAIN) from error
+    for name in _TOKENIZER_JSON_FILES:
+        if (folder / name).is_file():
+            _read_json(folder / name, _SAVE_TOKENIZER_AGAIN)
+    if (folder / CONFIG_NAME).is_file():  # AutoTokenizer reads it too, for the tokenizer class
+        _read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
+
+
+def _read_json(path: Path, remedy: str) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+        raise CorruptFileError(path, error, remedy) from error
+
+
+__all__ = [
+    "CorruptFileError",
+    "MissingTokenizerError",
+    "check_config_file",
+    "check_tokenizer_files",
+    "check_weight_files",
+    "load_config",
+    "load_model_folder",
+    "load_tokenizer",
+]
