@@ -11,12 +11,18 @@ from .demo import add_demo_subcommand
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
 from .tokenization import add_tokenizer_subcommand
-from .training import add_train_subcommand, run_train
+from .training import RunEndedWithErrors, add_train_subcommand, run_train
+from .training.arguments import OneLineErrors
 from .visualization import add_plot_subcommand
 
 
+class CommandParser(OneLineErrors, argparse.ArgumentParser):
+    pass
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # the subcommands' parsers are made of the same class, so their errors are one line too
+    parser = CommandParser(
         prog="vanilla-transformer",
         description="The encoder-decoder Transformer of 'Attention Is All You Need' as a Hugging Face model.",
     )
@@ -35,23 +41,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # What a user's input can cause: bad values, files that are missing or unreadable, a broken YAML file, a config
-# field out of range. Anything else is a bug in this package and keeps its traceback.
-USER_ERRORS = (ValueError, OSError, yaml.YAMLError, StrictDataclassError)
+# field out of range; and a run whose model was saved but a step after it failed (its cause is chained for --debug).
+# Anything else is a bug in this package and keeps its traceback.
+USER_ERRORS = (ValueError, OSError, yaml.YAMLError, StrictDataclassError, RunEndedWithErrors)
 DEBUG_VARIABLE = "VANILLA_TRANSFORMER_DEBUG"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a subcommand. A user error is one line on stderr (`vanilla-transformer CMD: error: ...`) and exit code 2;
-    `--debug` (anywhere in the arguments) or VANILLA_TRANSFORMER_DEBUG=1 shows the traceback instead."""
+    `--debug` (anywhere in the arguments) or VANILLA_TRANSFORMER_DEBUG=1 shows the traceback instead. Ctrl-C is
+    one line and exit code 130 (training saves a checkpoint first)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
     argv = [argument for argument in argv if argument != "--debug"]
+    command = " ".join(["vanilla-transformer", *argv[:1]])
     try:
         return run(argv)
+    except SystemExit as exit:  # argparse's way out, after --help or its one-line error: a return code here too
+        return exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 2
+    except KeyboardInterrupt as interrupt:
+        if debug:
+            raise
+        said = f": {one_line(interrupt)}" if str(interrupt) else ""
+        print(f"{command}: interrupted{said}", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
     except USER_ERRORS as error:
         if debug:
             raise
-        command = " ".join(["vanilla-transformer", *argv[:1]])
         print(f"{command}: error: {one_line(error)} (--debug shows the traceback)", file=sys.stderr)
         return 2
 

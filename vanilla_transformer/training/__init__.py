@@ -3,7 +3,7 @@
 import argparse
 
 from .arguments import DataArguments, ModelArguments, TrainArguments, parse_arguments
-from .loop import TrainingRun, train
+from .loop import RunEndedWithErrors, TrainingInterrupted, TrainingRun, train
 
 
 def add_train_subcommand(subparsers) -> argparse.ArgumentParser:
@@ -27,7 +27,9 @@ def run_train(argv: list[str]) -> int:
 __all__ = [
     "DataArguments",
     "ModelArguments",
+    "RunEndedWithErrors",
     "TrainArguments",
+    "TrainingInterrupted",
     "TrainingRun",
     "add_train_subcommand",
     "parse_arguments",

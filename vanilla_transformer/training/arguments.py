@@ -20,8 +20,8 @@ from ..configuration_vanilla_transformer import (
 from ..tokenization import VOCAB_SIZE
 from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
 
-# Config fields that are not switches: the tokenizer decides the vocabulary and the special ids, and what the model is
-# (an encoder-decoder that caches while generating) is no choice.
+# Config fields that are not switches: the tokenizer decides the vocabulary and the special ids, what the model is
+# (an encoder-decoder that caches while generating) is no choice, and the classifiers' head is not a translator's.
 NOT_FLAGS = (
     "vocab_size",
     "pad_token_id",
@@ -30,6 +30,8 @@ NOT_FLAGS = (
     "decoder_start_token_id",
     "use_cache",
     "is_encoder_decoder",
+    "classifier_pooling",
+    "classifier_dropout",
 )
 CHOICES = {
     "activation_function": ACTIVATION_FUNCTIONS,
@@ -89,6 +91,12 @@ def build_config(self, tokenizer) -> VanillaTransformerConfig:
     )
 
 
+def check_switches(self) -> None:
+    """The config's own validation, when the flags are parsed rather than after the data is loaded: the vocabulary
+    comes from the tokenizer later, so the config's default one stands in."""
+    VanillaTransformerConfig(**{name: getattr(self, name) for name, _, _ in config_switches()})
+
+
 # Derived from the config, so that every switch is a flag with the config's default and meaning.
 ModelArguments = dataclasses.make_dataclass(
     "ModelArguments",
@@ -103,6 +111,7 @@ ModelArguments = dataclasses.make_dataclass(
     namespace={
         "__doc__": "The model switches: every VanillaTransformerConfig field that the tokenizer does not decide.",
         "build_config": build_config,
+        "__post_init__": check_switches,
     },
 )
 ModelArguments.__module__ = __name__
@@ -130,7 +139,22 @@ class DataArguments:
     max_target_length: int = 128
     max_eval_samples: int | None = field(default=None, metadata={"help": "translate at most this many for BLEU"})
 
+    def __post_init__(self):
+        check_at_least(self, 1, "vocab_size", "max_source_length", "max_target_length", "max_eval_samples")
+        if self.source_lang == self.target_lang:
+            raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}: name two languages")
 
+
+def check_at_least(arguments, low: float, *names: str) -> None:
+    """Refuse, when the arguments are parsed, a value a run would only trip over later (or loop forever on)."""
+    for name in names:
+        value = getattr(arguments, name)
+        if value is not None and not value >= low:
+            raise ValueError(f"{name}={value!r} must be {low} or more")
+
+
+MIXED_PRECISION = ("no", "fp16", "bf16")
+REPORT_TO = ("auto", "tensorboard", "none")
 # the names transformers.get_scheduler knows that need no arguments beyond the step counts
 LR_SCHEDULER_TYPES = ("inverse_sqrt", "linear", "cosine", "constant_with_warmup")
 
@@ -169,7 +193,7 @@ class TrainArguments:
     adam_epsilon: float = 1e-9
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16"})
+    mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16", "choices": list(MIXED_PRECISION)})
     use_cpu: bool = field(default=False, metadata={"help": "train on the CPU even when a GPU is present"})
     keep_freed_cpu_memory: bool = field(
         default=True,
@@ -197,10 +221,37 @@ class TrainArguments:
     hub_revision: str | None = field(default=None, metadata={"help": "a branch to push to"})
     hub_create_pr: bool = False
     hub_token: str | None = field(default=None, metadata={"help": "default: HF_TOKEN or the stored login"})
-    report_to: str = field(default="auto", metadata={"help": "auto (tensorboard when installed), tensorboard, none"})
+    report_to: str = field(
+        default="auto",
+        metadata={"help": "auto (tensorboard when installed), tensorboard, none", "choices": list(REPORT_TO)},
+    )
     disable_progress_bar: bool = False
 
     def __post_init__(self):
+        check_at_least(
+            self,
+            1,
+            "max_steps",
+            "max_tokens",
+            "gradient_accumulation_steps",
+            "logging_steps",
+            "average_last_checkpoints",
+            "num_beams",
+            "max_new_tokens",
+            "eval_batch_size",
+        )
+        check_at_least(self, 0, "warmup_steps", "eval_steps", "save_steps", "save_total_limit", "max_grad_norm")
+        check_at_least(self, 0, "weight_decay", "adam_beta1", "adam_beta2")
+        for name in ("learning_rate", "max_train_minutes", "adam_epsilon"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}={value!r} must be positive")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be below 1")
+        for name, allowed in (("mixed_precision", MIXED_PRECISION), ("report_to", REPORT_TO)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
         if self.average_last_checkpoints > 1 and self.save_steps < 1:
             # refused before training, not found out at the end of it
             raise ValueError(
@@ -250,8 +301,20 @@ def read_config_file(path: str | Path) -> dict:
     return values
 
 
+class OneLineErrors:
+    """An argparse parser whose error is one line: argparse's own prints the whole usage first (80 lines for
+    `train`), which buries the line that says what is wrong."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
+class TrainArgumentParser(OneLineErrors, HfArgumentParser):
+    pass
+
+
 def argument_parser() -> HfArgumentParser:
-    parser = HfArgumentParser(ARGUMENT_CLASSES, prog="vanilla-transformer train")
+    parser = TrainArgumentParser(ARGUMENT_CLASSES, prog="vanilla-transformer train")
     parser.add_argument("--config", help="a YAML or JSON file of arguments")
     return parser
 

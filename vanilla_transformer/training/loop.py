@@ -7,12 +7,16 @@ import logging
 import os
 import platform
 import shutil
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from huggingface_hub import get_token
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
@@ -28,8 +32,9 @@ from .output_folder import (
     CHECKPOINTS,
     check_output_folder,
     clear_earlier_run,
+    push_output_folder,
     save_model_folder,
-    write_output_folder,
+    write_results_and_card,
 )
 from .schedule import build_scheduler
 
@@ -82,11 +87,51 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int) -> VanillaTran
 
 
 def load_weights(model, weights: dict[str, torch.Tensor]) -> None:
-    """Load averaged weights; checkpoints store a tied matrix once, so only tied names may be absent."""
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    """Load averaged weights, checked first so that a misfit leaves the model as it was; checkpoints store a tied
+    matrix once, so only tied names may be absent."""
+    own = model.state_dict()
     tied = set(getattr(model, "all_tied_weights_keys", {}))
-    if unexpected or set(missing) - tied:
-        raise ValueError(f"checkpoint weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    missing, unexpected = sorted(set(own) - set(weights) - tied), sorted(set(weights) - set(own))
+    misshapen = sorted(name for name in set(own) & set(weights) if own[name].shape != weights[name].shape)
+    if missing or unexpected or misshapen:
+        raise ValueError(
+            f"checkpoint weights do not fit the model: missing {missing}, unexpected {unexpected}, "
+            f"of another shape {misshapen}"
+        )
+    model.load_state_dict(weights, strict=False)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training: the step under way finished and was saved as a checkpoint."""
+
+
+class InterruptBetweenSteps:
+    """While training, the first Ctrl-C (SIGINT) asks the loop to stop after the current step, so that the step is
+    saved whole rather than cut off in the middle of an optimizer update; a second one interrupts at once."""
+
+    def __init__(self, enabled: bool = True):
+        # signal handlers can only be set from the main thread
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.requested = False
+
+    def __enter__(self):
+        if self.enabled:
+            self.previous = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self.request)
+        return self
+
+    def request(self, signum, frame):
+        self.requested = True
+        signal.signal(signal.SIGINT, self.previous)
+        print("\nstopping after this step and saving a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+class RunEndedWithErrors(Exception):
+    """Training finished and its model was written, but a step after it (averaging, scoring, publishing) failed."""
 
 
 def use_cpu(args: TrainArguments) -> bool:
@@ -112,6 +157,9 @@ class TrainingRun:
         self.model_args, self.data_args, self.args = model_args, data_args, train_args
         if train_args.push_to_hub and not train_args.hub_repo_id:
             raise ValueError("--push_to_hub needs --hub_repo_id USER/NAME")
+        if train_args.push_to_hub and not (train_args.hub_token or get_token()):
+            # found out now, not after the training it would publish
+            raise ValueError("--push_to_hub needs a Hugging Face token: --hub_token, HF_TOKEN, or `hf auth login`")
         self.output_dir = Path(train_args.output_dir)
         # seconds for the time budget; an attribute so that a test can drive the budget with a fake clock
         self.clock = time.monotonic
@@ -127,6 +175,7 @@ class TrainingRun:
             project_dir=str(self.output_dir / "logs") if tensorboard else None,
         )
         check_output_folder(self.output_dir, train_args)  # every process, so that all of them stop
+        self.resume_folder = resolve_resume(self.checkpoint_root, train_args.resume_from_checkpoint)
         if self.accelerator.is_main_process:
             clear_earlier_run(self.output_dir, train_args)
         self.accelerator.wait_for_everyone()
@@ -155,7 +204,6 @@ class TrainingRun:
         self.state = TrainingState()
         scheduler = build_scheduler(optimizer, train_args, self.state)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
-        self.accelerator.register_for_checkpointing(self.state)
         self.plan = BatchPlan(sequence_lengths(self.corpus.train), train_args.max_tokens, train_args.seed)
         if tensorboard:
             self.accelerator.init_trackers("train", config=self.hyperparameters())
@@ -212,6 +260,7 @@ class TrainingRun:
             self.accelerator.save_state(str(partial))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
+            self.state.save(partial)
             partial.rename(folder)
             prune(self.checkpoint_root, max(self.args.save_total_limit, self.args.average_last_checkpoints))
         self.accelerator.wait_for_everyone()
@@ -248,9 +297,10 @@ class TrainingRun:
         return metrics
 
     def resume(self) -> None:
-        folder = resolve_resume(self.checkpoint_root, self.args.resume_from_checkpoint)
+        folder = self.resume_folder
         if folder is not None:
             self.accelerator.load_state(str(folder))
+            self.state.load(folder)
             self.accelerator.print(f"resumed from {folder} at step {self.state.step}")
 
     def training_seconds(self, carried: float, launched: float) -> float:
@@ -287,8 +337,27 @@ class TrainingRun:
         self.model.train()
         progress = self.progress_bar()
         carried, launched = self.state.train_seconds, self.clock()
+        # with several processes each gets the signal at its own moment, and they must stop at the same step
+        interrupt = InterruptBetweenSteps(enabled=self.accelerator.num_processes == 1)
+        with interrupt:
+            self.train_until_done(progress, carried, launched, interrupt)
+        progress.close()
+        self.state.train_seconds = self.training_seconds(carried, launched)
+        if interrupt.requested:
+            saved = self.checkpoint_root / f"step-{self.state.step}"
+            if not saved.is_dir():
+                self.save_checkpoint()
+            raise TrainingInterrupted(
+                f"interrupted at step {self.state.step}: the run is saved in {saved}; --resume_from_checkpoint latest "
+                "continues it"
+            )
+        if self.args.save_steps > 0 and self.state.step % self.args.save_steps:
+            self.save_checkpoint()  # stopped by the clock between two checkpoints
+        return self.finish()
+
+    def train_until_done(self, progress: tqdm, carried: float, launched: float, interrupt) -> None:
         window_tokens, window_start = 0, time.time()
-        while self.state.step < self.args.max_steps:
+        while self.state.step < self.args.max_steps and not interrupt.requested:
             # read before the step: the scheduler sets the next step's learning rate from it
             self.state.train_seconds = self.training_seconds(carried, launched)
             if self.out_of_time():
@@ -318,41 +387,62 @@ class TrainingRun:
                 if metrics:
                     progress.write(f"step {self.state.step}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
                     self.accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.state.step)
-        progress.close()
-        self.state.train_seconds = self.training_seconds(carried, launched)
-        if self.args.save_steps > 0 and self.state.step % self.args.save_steps:
-            self.save_checkpoint()  # stopped by the clock between two checkpoints
-        return self.finish()
 
     def finish(self) -> dict:
-        """Average the last checkpoints if asked, score the final model, and write the Hub-ready folder."""
+        """Average the last checkpoints if asked, write the model folder, score the model, write results.json and
+        the card, and publish if asked. The training is never lost to a later step: a failed average leaves the last
+        step's weights, the model folder is written before anything else can fail, and what failed is raised at
+        the end, as one `RunEndedWithErrors`, once everything that could be done is done."""
         self.accelerator.wait_for_everyone()
         model = self.unwrapped
-        averaged = self.args.average_last_checkpoints
-        if averaged > 1:
-            folders = checkpoint_folders(self.checkpoint_root)[-averaged:]
-            load_weights(model, average_weights(folders))
-            averaged = len(folders)
+        failures, averaged = [], 1
+        if self.args.average_last_checkpoints > 1:
+            folders = checkpoint_folders(self.checkpoint_root)[-self.args.average_last_checkpoints :]
+            try:
+                load_weights(model, average_weights(folders))
+                averaged = len(folders)
+            except Exception as error:
+                failures.append(
+                    (f"averaging the last {len(folders)} checkpoints (the model is the last step's)", error)
+                )
         results = {
             "train_steps": self.state.step,
-            "averaged_checkpoints": max(averaged, 1),
+            "averaged_checkpoints": averaged,
             "processes": self.accelerator.num_processes,
             "mixed_precision": self.accelerator.mixed_precision,
         }
         if self.accelerator.is_main_process:
-            for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):
-                if dataset is not None:
-                    results[name] = self.evaluate(dataset)
+            save_model_folder(model, self.tokenizer, self.output_dir)
+            try:
+                for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):
+                    if dataset is not None:
+                        results[name] = self.evaluate(dataset)
+            except Exception as error:
+                failures.append(("scoring the final model", error))
             results.update(
                 best_validation_bleu=self.state.best_bleu,
                 best_step=self.state.best_step,
                 train_seconds=round(self.state.train_seconds, 1),
                 machine=f"{platform.machine()}, {torch.get_num_threads()} threads, {self.accelerator.device}",
             )
-            write_output_folder(model, self.tokenizer, results, self.output_dir, self.data_args, self.args)
+            try:
+                write_results_and_card(model, results, self.output_dir, self.data_args, self.args)
+            except Exception as error:
+                failures.append(("writing results.json and the model card", error))
+            if self.args.push_to_hub:
+                try:
+                    push_output_folder(self.output_dir, self.args)
+                except Exception as error:
+                    retry = f"`vanilla-transformer push {self.output_dir} --repo-id {self.args.hub_repo_id}` retries"
+                    failures.append((f"publishing the folder ({retry})", error))
         self.accelerator.wait_for_everyone()
         self.release_ddp_wrapper()
         self.accelerator.end_training()
+        if failures:
+            described = "; ".join(f"{what} failed: {type(error).__name__}: {error}" for what, error in failures)
+            raise RunEndedWithErrors(
+                f"training ended at step {self.state.step} and the model is saved in {self.output_dir}, but {described}"
+            ) from failures[0][1]
         return results
 
     def release_ddp_wrapper(self) -> None:

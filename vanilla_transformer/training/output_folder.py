@@ -72,19 +72,20 @@ def card_results(model, results: dict, data_args: DataArguments, args: TrainArgu
     )
 
 
-def write_output_folder(
-    model, tokenizer, results: dict, output_dir: Path, data_args: DataArguments, args: TrainArguments
+def write_results_and_card(
+    model, results: dict, output_dir: Path, data_args: DataArguments, args: TrainArguments
 ) -> None:
-    """The model folder, results.json and README.md (the model card) in `output_dir`; pushed if asked."""
-    save_model_folder(model, tokenizer, output_dir)
+    """results.json and README.md (the model card) beside the model folder."""
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     save_model_card(output_dir, card_results(model, results, data_args, args), model.config, repo_id=args.hub_repo_id)
-    if args.push_to_hub:
-        push_folder(
-            output_dir,
-            args.hub_repo_id,
-            private=args.hub_private,
-            revision=args.hub_revision,
-            create_pr=args.hub_create_pr,
-            token=args.hub_token,
-        )
+
+
+def push_output_folder(output_dir: Path, args: TrainArguments) -> None:
+    push_folder(
+        output_dir,
+        args.hub_repo_id,
+        private=args.hub_private,
+        revision=args.hub_revision,
+        create_pr=args.hub_create_pr,
+        token=args.hub_token,
+    )
