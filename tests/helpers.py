@@ -3,6 +3,7 @@ configs and models, random token ids, the eager-versus-sdpa comparison, and runn
 process where our package cannot be imported. Fixtures live in conftest.py; this module holds plain code."""
 
 import copy
+import gzip
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments
 
 # the files every saved folder carries as remote code: the model, nothing else
 MODEL_CODE_FILES = {
@@ -137,3 +139,73 @@ def run_without_our_package(script: str, *args: str, cwd: Path) -> dict:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# training runs of a tiny model on the numbers corpus (the `corpus_folder` fixture)
+QUIET_THREADS = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def tiny_arguments(corpus_folder: Path, output_dir: Path, **train_overrides):
+    model_args = ModelArguments(
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        dropout=0.1,
+    )
+    data_args = DataArguments(
+        dataset=str(corpus_folder),
+        validation_split="validation",
+        test_split=None,
+        tokenizer=str(corpus_folder / "tokenizer"),
+        max_eval_samples=8,
+    )
+    train_fields = dict(
+        output_dir=str(output_dir),
+        max_steps=4,
+        max_tokens=256,
+        warmup_steps=2,
+        save_steps=2,
+        eval_steps=0,
+        num_beams=1,
+        max_new_tokens=8,
+        report_to="none",
+        disable_progress_bar=True,
+        seed=3,
+    )
+    train_fields.update(train_overrides)
+    return model_args, data_args, TrainArguments(**train_fields)
+
+
+def tiny_train_flags(corpus_folder: Path) -> list[str]:
+    """`vanilla-transformer train` flags for a 3-step run of a tiny model on the numbers corpus."""
+    model = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    model.update(encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0)
+    data = dict(dataset=corpus_folder, validation_split="validation", test_split="test", max_eval_samples=4)
+    data.update(tokenizer=corpus_folder / "tokenizer")
+    run = dict(max_steps=3, max_tokens=256, warmup_steps=2, save_steps=0, eval_steps=0, num_beams=1, max_new_tokens=4)
+    run.update(report_to="none")
+    flags = [item for name, value in {**model, **data, **run}.items() for item in (f"--{name}", str(value))]
+    return [*flags, "--disable_progress_bar"]
+
+
+# parallel text files
+EN = ["A dog runs.", "Two men, one hat.", "She smiles  twice\t"]
+DE = ["Ein Hund läuft.", "Zwei Männer, ein Hut.", "Sie lächelt zweimal\t"]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    text = "".join(line + "\n" for line in lines)
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    return write_lines(path, [json.dumps(record, ensure_ascii=False) for record in records])

@@ -1,15 +1,13 @@
 """Parallel data: loading from text folders, jsonl/csv and the Hub, clear errors, length filtering and batching."""
 
 import csv
-import gzip
-import json
 import os
 import random
-import re
 from pathlib import Path
 
 import datasets
 import pytest
+from helpers import DE, EN, write_jsonl, write_lines
 
 from vanilla_transformer.tokenization import read_lines, train_tokenizer
 from vanilla_transformer.training.data import (
@@ -21,22 +19,6 @@ from vanilla_transformer.training.data import (
 )
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
-EN = ["A dog runs.", "Two men, one hat.", "She smiles  twice\t"]
-DE = ["Ein Hund läuft.", "Zwei Männer, ein Hut.", "Sie lächelt zweimal\t"]
-
-
-def write_lines(path: Path, lines: list[str]) -> Path:
-    text = "".join(line + "\n" for line in lines)
-    if path.suffix == ".gz":
-        with gzip.open(path, "wt", encoding="utf-8") as file:
-            file.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
-
-
-def write_jsonl(path: Path, records: list[dict]) -> Path:
-    return write_lines(path, [json.dumps(record, ensure_ascii=False) for record in records])
 
 
 def test_read_lines_strips_only_the_line_ending(tmp_path):
@@ -47,17 +29,6 @@ def test_read_lines_strips_only_the_line_ending(tmp_path):
     assert read_lines(write_lines(tmp_path / "a.txt.gz", expected)) == expected
 
 
-def test_undecodable_file_is_named(tmp_path):
-    latin1 = tmp_path / "latin1.txt"
-    latin1.write_bytes("Straße\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin1\.txt: not a readable UTF-8 text file"):
-        read_lines(latin1)
-    not_gzip = tmp_path / "train.en.gz"
-    not_gzip.write_text("plain text\n")
-    with pytest.raises(ValueError, match=r"train\.en\.gz: not a readable UTF-8 text file"):
-        read_lines(not_gzip)
-
-
 def test_folder_of_aligned_text_files(tmp_path):
     write_lines(tmp_path / "train.en.gz", EN)
     write_lines(tmp_path / "train.de", DE)
@@ -66,58 +37,6 @@ def test_folder_of_aligned_text_files(tmp_path):
     assert dataset.column_names == ["en", "de"]
     assert dataset["en"][:] == EN and dataset["de"][:] == DE
     assert load_parallel(str(tmp_path), "de", "en").column_names == ["de", "en"]  # split defaults to train
-
-
-def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
-    write_lines(tmp_path / "train.en", EN)
-    write_lines(tmp_path / "train.de", DE[:2])
-    with pytest.raises(ValueError, match=r"train\.en has 3 lines but .*train\.de has 2"):
-        load_parallel(tmp_path, "en", "de")
-
-
-def test_empty_file_is_named(tmp_path):
-    write_lines(tmp_path / "train.en", EN)
-    (tmp_path / "train.de").write_text("")
-    with pytest.raises(ValueError, match=r"train\.de: empty file"):
-        load_parallel(tmp_path, "en", "de")
-    (tmp_path / "empty.jsonl").write_text("")
-    with pytest.raises(ValueError, match=r"empty\.jsonl: empty file"):
-        load_parallel(tmp_path / "empty.jsonl", "en", "de")
-
-
-def test_missing_file_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"nowhere\.jsonl"):
-        load_parallel(tmp_path / "nowhere.jsonl", "en", "de")
-    with pytest.raises(FileNotFoundError, match=r"nowhere"):
-        load_parallel(str(tmp_path / "nowhere"), "en", "de")
-    write_lines(tmp_path / "train.en", EN)
-    write_lines(tmp_path / "train.de", DE)
-    write_lines(tmp_path / "val.en", EN)
-    with pytest.raises(FileNotFoundError, match=r"val\.de"):
-        load_parallel(tmp_path, "en", "de", "val")
-
-
-def test_unknown_split_lists_the_available_ones(tmp_path):
-    for split in ("train", "val"):
-        write_lines(tmp_path / f"{split}.en", EN)
-        write_lines(tmp_path / f"{split}.de", DE)
-    write_jsonl(tmp_path / "test.jsonl", [{"en": EN[0], "de": DE[0]}])
-    with pytest.raises(
-        ValueError, match=re.escape(f"unknown split 'dev' in {tmp_path}: available splits: test, train, val")
-    ):
-        load_parallel(tmp_path, "en", "de", "dev")
-
-
-def test_unknown_language_lists_the_available_ones(tmp_path):
-    write_lines(tmp_path / "train.en", EN)
-    write_lines(tmp_path / "train.de", DE)
-    with pytest.raises(
-        ValueError, match=r"unknown language 'fr': no .*train\.fr \(or \.gz\); available languages: de, en"
-    ):
-        load_parallel(tmp_path, "en", "fr")
-    table = write_jsonl(tmp_path / "pairs.jsonl", [{"id": 1, "en": EN[0], "de": DE[0]}])
-    with pytest.raises(ValueError, match=r"unknown language 'fr' in .*pairs\.jsonl: available columns: id, en, de"):
-        load_parallel(table, "en", "fr")
 
 
 @pytest.mark.parametrize("name", ["pairs.jsonl", "pairs.jsonl.gz", "pairs.csv", "nested.jsonl", "folder"])
@@ -141,15 +60,6 @@ def test_jsonl_and_csv_files(tmp_path, name):
     dataset = load_parallel(source, "de", "en", split)
     assert dataset.column_names == ["de", "en"]
     assert dataset["de"][:] == DE and dataset["en"][:] == EN
-
-
-def test_bad_records_name_the_file_and_line(tmp_path):
-    broken = write_lines(tmp_path / "broken.jsonl", [json.dumps({"en": "a", "de": "b"}), "{not json"])
-    with pytest.raises(ValueError, match=r"broken\.jsonl, line 2: invalid JSON"):
-        load_parallel(broken, "en", "de")
-    gap = write_jsonl(tmp_path / "gap.jsonl", [{"en": "a", "de": "b"}, {"en": "c", "de": None}])
-    with pytest.raises(ValueError, match=r"gap\.jsonl, record 2: 'de' is None"):
-        load_parallel(gap, "en", "de")
 
 
 def test_loading_writes_nothing(tmp_path):
@@ -272,30 +182,3 @@ def test_collator_pads_inputs_with_pad_id_and_labels_with_minus_100():
         assert batch["attention_mask"][row, :n].eq(1).all()
         assert batch["labels"][row, :m].tolist() == feature["labels"]
         assert batch["labels"][row, m:].eq(-100).all()
-
-
-def test_a_byte_order_mark_does_not_stay_in_the_first_sentence(tmp_path):
-    (tmp_path / "train.en").write_bytes("\ufeffa dog runs\na cat sleeps\n".encode())
-    (tmp_path / "train.de").write_bytes("\ufeffein Hund rennt\neine Katze schläft\n".encode())
-    pairs = load_parallel(tmp_path, "en", "de")
-    assert pairs[0] == {"en": "a dog runs", "de": "ein Hund rennt"}
-    assert read_lines(tmp_path / "train.en")[0] == "a dog runs"
-
-
-def test_blank_line_pairs_are_left_out_with_a_warning_and_all_blank_files_are_an_error(tmp_path):
-    (tmp_path / "train.en").write_text("a dog\n\nthree\n  \n")
-    (tmp_path / "train.de").write_text("ein Hund\nzwei\n\nvier\n")
-    with pytest.warns(UserWarning, match=r"3 line pair\(s\) with a blank side left out \(lines 2, 3, 4\)"):
-        pairs = load_parallel(tmp_path, "en", "de")
-    assert pairs["en"] == ["a dog"] and pairs["de"] == ["ein Hund"]
-    (tmp_path / "test.en").write_text("\n \n")
-    (tmp_path / "test.de").write_text("\n\n")
-    with pytest.raises(ValueError, match=r"test.en and .*test.de hold no pair of non-blank lines"):
-        load_parallel(tmp_path, "en", "de", split="test")
-
-
-def test_a_csv_row_with_an_unquoted_comma_is_an_error_naming_the_line(tmp_path):
-    table = tmp_path / "train.csv"
-    table.write_text('en,de\n"a dog, running",ein Hund\na cat, sleeping,eine Katze\n')
-    with pytest.raises(ValueError, match=r"train.csv, line 3: more values than the header has columns"):
-        load_parallel(table, "en", "de")

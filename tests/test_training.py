@@ -5,22 +5,19 @@ import itertools
 import json
 import logging
 import math
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import QUIET_THREADS, tiny_arguments, tiny_train_flags
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
-from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments, TrainingRun, parse_arguments
+from vanilla_transformer.training import TrainArguments, TrainingRun, parse_arguments
 from vanilla_transformer.training import loop as training_loop
 from vanilla_transformer.training.arguments import argument_parser
 from vanilla_transformer.training.checkpoints import average_weights
@@ -29,57 +26,13 @@ from vanilla_transformer.training.corpus import prepare_corpus
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def corpus_folder(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("numbers")
-    write_parallel_folder(folder, demo_splits(train_size=300, test_size=12, seed=0, max_value=9999))
-    pairs = (line for name in ("train.en", "train.de") for line in (folder / name).read_text().splitlines())
-    train_tokenizer(pairs, vocab_size=300).save_pretrained(folder / "tokenizer")
-    return folder
-
-
-def tiny_arguments(corpus_folder: Path, output_dir: Path, **train_overrides):
-    model_args = ModelArguments(
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        dropout=0.1,
-    )
-    data_args = DataArguments(
-        dataset=str(corpus_folder),
-        validation_split="validation",
-        test_split=None,
-        tokenizer=str(corpus_folder / "tokenizer"),
-        max_eval_samples=8,
-    )
-    train_fields = dict(
-        output_dir=str(output_dir),
-        max_steps=4,
-        max_tokens=256,
-        warmup_steps=2,
-        save_steps=2,
-        eval_steps=0,
-        num_beams=1,
-        max_new_tokens=8,
-        report_to="none",
-        disable_progress_bar=True,
-        seed=3,
-    )
-    train_fields.update(train_overrides)
-    return model_args, data_args, TrainArguments(**train_fields)
-
-
 def final_weights(output_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(output_dir / "model.safetensors")
 
 
 # config fields that the tokenizer decides, or that no model of ours can change
 NOT_SWITCHES = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"}
-NOT_SWITCHES |= {"use_cache", "is_encoder_decoder"}
+NOT_SWITCHES |= {"use_cache", "is_encoder_decoder", "classifier_pooling", "classifier_dropout"}
 
 
 def test_every_config_switch_is_a_train_flag_with_the_configs_default_and_meaning():
@@ -328,7 +281,6 @@ def test_cpu_trainer_keeps_freed_memory_unless_told_not_to(keep, corpus_folder, 
     assert calls == ([True] if keep else [])
 
 
-QUIET_THREADS = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 ACCELERATE_TWO_CPU_PROCESSES = [
     sys.executable,
     "-m",
@@ -343,18 +295,6 @@ ACCELERATE_TWO_CPU_PROCESSES = [
     "--dynamo_backend",
     "no",
 ]
-
-
-def tiny_train_flags(corpus_folder: Path) -> list[str]:
-    """`vanilla-transformer train` flags for a 3-step run of a tiny model on the numbers corpus."""
-    model = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
-    model.update(encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0)
-    data = dict(dataset=corpus_folder, validation_split="validation", test_split="test", max_eval_samples=4)
-    data.update(tokenizer=corpus_folder / "tokenizer")
-    run = dict(max_steps=3, max_tokens=256, warmup_steps=2, save_steps=0, eval_steps=0, num_beams=1, max_new_tokens=4)
-    run.update(report_to="none")
-    flags = [item for name, value in {**model, **data, **run}.items() for item in (f"--{name}", str(value))]
-    return [*flags, "--disable_progress_bar"]
 
 
 def test_train_with_bf16_mixed_precision_on_the_cpu_has_a_finite_loss(corpus_folder, tmp_path):
@@ -433,78 +373,6 @@ def test_a_ddp_run_releases_its_wrapper_before_the_process_group_is_destroyed(co
     result = subprocess.run(command, capture_output=True, text=True, env=QUIET_THREADS, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["processes"] == 2
-
-
-def test_averaging_checkpoints_that_are_never_saved_is_refused_before_training():
-    with pytest.raises(
-        ValueError, match=r"average_last_checkpoints=2 averages checkpoints, but save_steps=0 saves none"
-    ):
-        TrainArguments(save_steps=0, average_last_checkpoints=2)
-    TrainArguments(save_steps=0, average_last_checkpoints=1)  # nothing to average: fine
-
-
-def test_a_non_empty_output_folder_is_refused_before_training_and_left_as_it_was(corpus_folder, tmp_path):
-    output = tmp_path / "mine"
-    output.mkdir()
-    (output / "README.md").write_text("my notes")
-    (output / "results.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"output_dir .*mine is not empty \(README.md, results.json\)"):
-        TrainingRun(*tiny_arguments(corpus_folder, output))
-    assert sorted(p.name for p in output.iterdir()) == ["README.md", "results.json"]
-    assert (output / "README.md").read_text() == "my notes"
-
-
-def test_overwrite_output_dir_does_not_average_an_earlier_runs_checkpoints(corpus_folder, tmp_path):
-    output = tmp_path / "reused"
-    TrainingRun(*tiny_arguments(corpus_folder, output, max_steps=6, save_steps=2)).run()
-    earlier = sorted(path.name for path in (output / "checkpoints").iterdir())
-    assert earlier == ["step-2", "step-4", "step-6"]
-    with pytest.raises(ValueError, match="is not empty"):
-        TrainingRun(*tiny_arguments(corpus_folder, output))
-    arguments = tiny_arguments(corpus_folder, output, max_steps=2, save_steps=2, average_last_checkpoints=3)
-    arguments[2].overwrite_output_dir = True
-    results = TrainingRun(*arguments).run()
-    # only this run's checkpoint is left and averaged: the earlier run's steps 4 and 6 went
-    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["step-2"]
-    assert results["averaged_checkpoints"] == 1
-
-
-KILLED_WHILE_SAVING = """
-import os, signal, sys
-from accelerate import Accelerator
-from vanilla_transformer.training import TrainingRun, parse_arguments
-
-save_state = Accelerator.save_state
-
-def save_state_then_die(self, output_dir=None, **kwargs):
-    save_state(self, output_dir, **kwargs)
-    if "step-4" in str(output_dir):
-        os.kill(os.getpid(), signal.SIGKILL)  # the files are written; the checkpoint is not complete yet
-
-Accelerator.save_state = save_state_then_die
-TrainingRun(*parse_arguments(sys.argv[1:])).run()
-"""
-
-
-def test_a_checkpoint_cut_short_by_sigkill_is_left_out_of_latest_and_named(corpus_folder, tmp_path, capsys):
-    output = tmp_path / "killed"
-    flags = [*tiny_train_flags(corpus_folder), "--max_steps", "6", "--save_steps", "2", "--output_dir", str(output)]
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_WHILE_SAVING, *flags],
-        capture_output=True,
-        text=True,
-        env=QUIET_THREADS,
-        timeout=600,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == [".step-4.partial", "step-2"]
-
-    resumed = TrainingRun(*parse_arguments([*flags, "--resume_from_checkpoint", "latest"]))
-    with pytest.warns(UserWarning, match=r"incomplete checkpoint\(s\) .* did not finish: \.step-4\.partial"):
-        results = resumed.run()
-    assert "step-2 at step 2" in capsys.readouterr().out  # resumed from the newest complete checkpoint
-    assert results["train_steps"] == 6
-    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["step-2", "step-4", "step-6"]
 
 
 def test_a_time_budgeted_run_shows_progress_in_seconds_of_its_budget(corpus_folder, tmp_path):
