@@ -16,6 +16,7 @@ NORM_PLACEMENTS = ("post", "pre")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope")
 WEIGHT_INITS = ("xavier", "normal")
+CLASSIFIER_POOLINGS = ("first", "mean")
 
 
 def _invalid(field: str, value, allowed: str) -> ValueError:
@@ -61,6 +62,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
             uniform linear layers and N(0, d_model^-1/2) embeddings when they are scaled by sqrt(d_model);
             "normal" (BART, Marian): every linear layer and embedding N(0, init_std).
         init_std: standard deviation of "normal" initialisation, and of unscaled embeddings under "xavier".
+        classifier_pooling: how the encoder-only sequence classifier sums up a sentence: "first", the vector of its
+            first (non-padded) token; "mean", the mean over its non-padded tokens.
+        classifier_dropout: dropout before the classifiers' linear layer; None means `dropout`.
     """
 
     model_type = "vanilla_transformer"
@@ -98,6 +102,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     label_smoothing: float | int = 0.0
     weight_init: str = "xavier"
     init_std: float | int = 0.02
+    classifier_pooling: str = "first"
+    classifier_dropout: float | int | None = None
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0
@@ -176,6 +182,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
             ("norm_type", NORM_TYPES),
             ("position_embedding_type", POSITION_EMBEDDING_TYPES),
             ("weight_init", WEIGHT_INITS),
+            ("classifier_pooling", CLASSIFIER_POOLINGS),
         ):
             value = getattr(self, field)
             if value not in allowed:
@@ -198,6 +205,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
             value = getattr(self, field)
             if not 0.0 <= value < 1.0:
                 raise _invalid(field, value, "must be in [0, 1)")
+        if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
+            raise _invalid("classifier_dropout", self.classifier_dropout, "must be None (use dropout) or in [0, 1)")
         if not 0.0 <= self.label_smoothing <= 1.0:
             raise _invalid("label_smoothing", self.label_smoothing, "must be in [0, 1]")
 

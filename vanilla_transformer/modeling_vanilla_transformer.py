@@ -37,6 +37,8 @@ from transformers.modeling_outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
 )
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
@@ -90,12 +92,14 @@ def check_mask(mask: torch.Tensor | None, expected: tuple[int, int], name: str) 
 PASSED_ON_KEYWORDS = frozenset(TransformersKwargs.__annotations__) | {"cache_position", "return_dict"}
 
 
-def check_keywords(kwargs: dict) -> None:
+def check_keywords(kwargs: dict, forward=None) -> None:
     """A misspelled keyword (`attention_maks=`) would vanish into `**kwargs` and its value be ignored. Checked by the
-    model's forward, not the stacks': generate() hands the encoder every keyword it was given."""
+    model's forward, not the stacks': generate() hands the encoder every keyword it was given. The hint comes from
+    the parameters of `forward`, by default the translation model's."""
     unknown = [name for name in kwargs if name not in PASSED_ON_KEYWORDS]
     if unknown:
-        known = [*inspect.signature(VanillaTransformerForConditionalGeneration.forward).parameters, *PASSED_ON_KEYWORDS]
+        forward = forward or VanillaTransformerForConditionalGeneration.forward
+        known = [*inspect.signature(forward).parameters, *PASSED_ON_KEYWORDS]
         close = difflib.get_close_matches(unknown[0], known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise TypeError(f"forward() got an unexpected keyword argument {unknown[0]!r}{hint}")
@@ -295,13 +299,20 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
 
     def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers adds the saved class and AutoConfig to the auto_map the config already holds."""
         if self._auto_class is not None:
-            # whichever model is saved, auto_map names both, so AutoModel and AutoModelForSeq2SeqLM load the folder
-            auto_map = dict(getattr(self.config, "auto_map", None) or {})
-            for model_class in (VanillaTransformerModel, VanillaTransformerForConditionalGeneration):
-                if model_class._auto_class is not None:
-                    module = model_class.__module__.rsplit(".", 1)[-1]
-                    auto_map[model_class._auto_class] = f"{module}.{model_class.__name__}"
+            encoder_decoder = (VanillaTransformerModel, VanillaTransformerForConditionalGeneration)
+            if isinstance(self, encoder_decoder):
+                # whichever model is saved, auto_map names both, so AutoModel and AutoModelForSeq2SeqLM load the folder
+                auto_map = dict(getattr(self.config, "auto_map", None) or {})
+                for model_class in encoder_decoder:
+                    if model_class._auto_class is not None:
+                        module = model_class.__module__.rsplit(".", 1)[-1]
+                        auto_map[model_class._auto_class] = f"{module}.{model_class.__name__}"
+            else:
+                # an encoder-only model names itself alone: one fine-tuned from a translation folder holds that
+                # folder's auto_map, whose classes would look for a decoder its weights do not have
+                auto_map = {}
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
@@ -324,7 +335,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         """Both stacks read one vocabulary: without a shared matrix the decoder's embedding is resized as well
         (transformers resizes the input embedding, the encoder's, and the generator, then ties them again)."""
         resized = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if not self.config.share_encoder_decoder_embeddings:
+        if not self.config.share_encoder_decoder_embeddings and hasattr(self.base_model, "decoder"):
             decoder = self.get_decoder().embeddings
             decoder.embed_tokens = self._get_resized_embeddings(
                 decoder.embed_tokens, resized.num_embeddings, mean_resizing=mean_resizing
@@ -598,10 +609,183 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
 
 
+class VanillaTransformerEncoderModel(VanillaTransformerPreTrainedModel):
+    """The encoder on its own: token embeddings (scaled), positions and the encoder stack; no decoder is built.
+    Returns the encoder's last hidden states (`BaseModelOutput`).
+
+    Its weights carry the names they have in `VanillaTransformerModel` (`shared`, `encoder.*`), so the encoder of a
+    translation checkpoint loads into it as it is, the decoder's weights left out as unexpected.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        if config.share_encoder_decoder_embeddings:
+            # the name a translation checkpoint stores the matrix under, which its encoder and decoder both read
+            self.shared = embed_tokens
+            self._tied_weights_keys = {"encoder.embeddings.embed_tokens.weight": "shared.weight"}
+        self.encoder = VanillaTransformerEncoder(config, embed_tokens)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+        self.encoder.embeddings.embed_tokens = value
+
+    def get_encoder(self, modality=None):
+        return self.encoder
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        check_keywords(kwargs, type(self).forward)
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return self.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+
+
+def pool_sentences(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """(batch, seq, d_model) -> (batch, d_model): one vector a sentence, whatever padding its batch adds."""
+    if attention_mask is None:
+        attention_mask = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
+    elif attention_mask.dim() != 2:
+        raise ValueError(
+            f"classifier_pooling={pooling!r} needs the (batch, sequence) attention_mask to find the padding, got "
+            f"shape {tuple(attention_mask.shape)}"
+        )
+    mask = attention_mask.to(hidden_states.dtype)
+    if pooling == "mean":
+        summed = (hidden_states * mask.unsqueeze(-1)).sum(dim=1)
+        return summed / mask.sum(dim=1, keepdim=True).clamp(min=1)
+    # the first real token, which is not position 0 in a batch padded on the left
+    first = mask.argmax(dim=1)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first]
+
+
+class ClassifierHead(nn.Module):
+    """Dropout, then a linear map from d_model to the `num_labels` logits."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.dropout
+        self.dropout = FastCpuDropout(dropout)
+        self.out_proj = nn.Linear(config.d_model, config.num_labels)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(hidden_states))
+
+
+class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
+    """The encoder, a sentence vector (`config.classifier_pooling`) and a linear classifier: one label a sentence,
+    or scores (`problem_type` regression) or several labels (multi_label_classification), with transformers'
+    losses for each (cross-entropy, MSE, binary cross-entropy)."""
+
+    # the loss is a batch mean: Trainer then divides it by the gradient-accumulation steps itself
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerEncoderModel(config)
+        self.classifier = ClassifierHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        check_keywords(kwargs, type(self).forward)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        pooled = pool_sentences(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
+        # (batch, d_model) -> (batch, num_labels)
+        logits = self.classifier(pooled)
+        # transformers' ForSequenceClassification loss: sets problem_type from num_labels and the labels' dtype
+        loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VanillaTransformerForTokenClassification(VanillaTransformerPreTrainedModel):
+    """The encoder and a linear classifier on each token's vector: a label a token; labels of -100 are ignored."""
+
+    # the loss is a mean over the batch's labelled tokens: Trainer then divides it by the accumulation steps itself
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerEncoderModel(config)
+        self.classifier = ClassifierHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        check_keywords(kwargs, type(self).forward)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        # (batch, seq, d_model) -> (batch, seq, num_labels)
+        logits = self.classifier(outputs.last_hidden_state)
+        # transformers' ForTokenClassification loss: cross-entropy averaged over the tokens whose label is not -100
+        loss = None if labels is None else self.loss_function(logits, labels, self.config)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
 __all__ = [
     "VanillaTransformerAttention",
     "VanillaTransformerModel",
     "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerEncoderModel",
+    "VanillaTransformerForSequenceClassification",
+    "VanillaTransformerForTokenClassification",
     "VanillaTransformerPreTrainedModel",
     "shift_tokens_right",
 ]
