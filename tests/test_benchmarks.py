@@ -85,3 +85,23 @@ def test_multi30k_trains_and_scores_in_the_languages_of_its_config(
     assert scored == [languages]
     assert trained == ([] if evaluate_only else [languages])
     assert capsys.readouterr().out.splitlines()[-1].startswith("| test_2016_flickr | 1.0 | 1.0 | 1.0 | 5 |")
+
+
+def test_sst2_benchmark_trains_both_models_the_same_number_of_steps_and_prints_the_table(tmp_path):
+    for split, count in (("train", 120), ("validation", 30)):
+        lines = ["sentence\tlabel", *(f"{'good' if i % 2 else 'bad'} film number {i}\t{i % 2}" for i in range(count))]
+        (tmp_path / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    toy = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab-size", "300"]
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sst2", "--data", str(tmp_path), "--minutes", "0.05", *toy,
+         "--batch-size", "16", "--max-steps", "100000", "--warmup-steps", "2", "--output-dir", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "%" in line]
+    assert [row[0] for row in rows] == ["| vanilla-transformer", "| BertForSequenceClassification"]
+    ours_steps, bert_steps = int(rows[0][2]), int(rows[1][2])
+    assert 0 < ours_steps < 100000 and bert_steps == ours_steps  # the budget ended ours; BERT took as many steps

@@ -108,6 +108,18 @@ def train_tokenizer(
     )
 
 
+def with_sentence_start(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:
+    """The tokenizer, made to put `<s>` before each sentence as well as `</s>` after it: the position a classifier
+    reads the sentence from (BERT's [CLS]). It travels in tokenizer.json, so a pipeline encodes as training did."""
+    bos, eos = tokenizer.bos_token, tokenizer.eos_token
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {eos}",
+        pair=f"{bos} $A {eos} $B:1 {eos}:1",
+        special_tokens=[(bos, tokenizer.bos_token_id), (eos, tokenizer.eos_token_id)],
+    )
+    return tokenizer
+
+
 def _training_texts(files_or_iterator) -> Iterable[str]:
     if isinstance(files_or_iterator, (str, os.PathLike)):
         files_or_iterator = [files_or_iterator]

@@ -78,8 +78,9 @@ def config_switches() -> list[tuple[str, type, dataclasses.Field]]:
     return switches
 
 
-def build_config(self, tokenizer) -> VanillaTransformerConfig:
-    """The model config: these switches, with the vocabulary and special ids of `tokenizer`."""
+def build_config(self, tokenizer, **fields) -> VanillaTransformerConfig:
+    """The model config: these switches, with the vocabulary and special ids of `tokenizer` (and `fields`, such as a
+    classifier's labels)."""
     switches = {name: getattr(self, name) for name, _, _ in config_switches()}
     return VanillaTransformerConfig(
         vocab_size=len(tokenizer),
@@ -88,6 +89,7 @@ def build_config(self, tokenizer) -> VanillaTransformerConfig:
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id,
         **switches,
+        **fields,
     )
 
 

@@ -106,15 +106,18 @@ def _load_aligned_files(src_path: Path, tgt_path: Path, languages: tuple[str, st
     return datasets.Dataset.from_dict(dict(zip(languages, zip(*pairs, strict=True), strict=True)))
 
 
-def _read_records(path: Path, file_format: str) -> Iterator[dict]:
+def read_records(path: Path, file_format: str) -> Iterator[dict]:
+    """The records of a jsonl file, or of a csv or tsv file with a header line (a tsv has no quoting: quotes are
+    text, as in GLUE's files), one dict each."""
     with open_text(path, newline="") as lines:
-        if file_format == "csv":
-            reader = csv.DictReader(lines)
+        if file_format in ("csv", "tsv"):
+            tabs = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else {}
+            reader = csv.DictReader(lines, **tabs)
             for record in reader:
                 if None in record:  # DictReader files the values past the header's columns under None
+                    separator = "tab" if file_format == "tsv" else "comma inside an unquoted text? quote it"
                     raise ValueError(
-                        f"{path}, line {reader.line_num}: more values than the header has columns "
-                        "(a comma inside an unquoted text? quote it)"
+                        f"{path}, line {reader.line_num}: more values than the header has columns (a {separator})"
                     )
                 yield record
             return
@@ -131,7 +134,7 @@ def _load_table(path: Path, languages: tuple[str, str]) -> datasets.Dataset:
     if not (match := _TABLE_FILE.fullmatch(path.name)):
         raise ValueError(f"{path}: expected a .jsonl or .csv file (optionally .gz), or a folder")
     columns: dict[str, list[str]] = {lang: [] for lang in languages}
-    for number, record in enumerate(_read_records(path, match["format"]), 1):
+    for number, record in enumerate(read_records(path, match["format"]), 1):
         if not isinstance(record, dict):
             raise TypeError(f"{path}, record {number}: expected an object with one field per language")
         if isinstance(record.get("translation"), dict):  # the wmt layout: {"translation": {"de": ..., "en": ...}}

@@ -174,7 +174,8 @@ class TrainingRun:
             log_with="tensorboard" if tensorboard else None,
             project_dir=str(self.output_dir / "logs") if tensorboard else None,
         )
-        check_output_folder(self.output_dir, train_args)  # every process, so that all of them stop
+        # every process, so that all of them stop
+        check_output_folder(self.output_dir, bool(train_args.resume_from_checkpoint), train_args.overwrite_output_dir)
         self.resume_folder = resolve_resume(self.checkpoint_root, train_args.resume_from_checkpoint)
         if self.accelerator.is_main_process:
             clear_earlier_run(self.output_dir, train_args)

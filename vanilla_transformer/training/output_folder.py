@@ -15,13 +15,14 @@ CHECKPOINTS, BEST = "checkpoints", "best"
 RUN_FOLDERS = (CHECKPOINTS, BEST)
 
 
-def check_output_folder(folder: Path, args: TrainArguments) -> None:
+def check_output_folder(folder: Path, resume: bool, overwrite: bool) -> None:
     """Refuse, before anything is trained or written, an output folder that already holds files, unless the run
-    continues the one saved there (resume_from_checkpoint) or is told to replace it (overwrite_output_dir)."""
+    continues the one saved there (`resume`, --resume_from_checkpoint) or is told to replace it (`overwrite`,
+    --overwrite_output_dir)."""
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"output_dir {folder} is a file, not a folder")
     present = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
-    if present and not (args.resume_from_checkpoint or args.overwrite_output_dir):
+    if present and not (resume or overwrite):
         listed = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
         raise ValueError(
             f"output_dir {folder} is not empty ({listed}): name an empty folder, pass --resume_from_checkpoint latest "
