@@ -96,34 +96,44 @@ def load_labelled(args: ClassificationArguments, split: str) -> datasets.Dataset
     """The split's sentences and labels as the columns `text` and `label` (labels as they are stored)."""
     folder = Path(args.dataset)
     if folder.is_dir():
-        files = {
-            m["split"]: (path, m["format"])
-            for path in sorted(folder.iterdir())
-            if (m := LABELLED_FILE.fullmatch(path.name))
-        }
-        if split not in files:
-            raise ValueError(f"no {split}.tsv, .csv or .jsonl in {folder}; splits there: {', '.join(files) or 'none'}")
-        path, file_format = files[split]
-        records = list(read_records(path, file_format))
-        if not records:
-            raise ValueError(f"{path}: empty file")
-        table, source = {name: [record.get(name) for record in records] for name in records[0]}, str(path)
+        table, source = read_folder_split(folder, split)
     elif folder.exists() or folder.suffix in (".tsv", ".csv", ".jsonl", ".gz"):
         raise ValueError(f"dataset {folder}: expected a folder of {{split}}.tsv/.csv/.jsonl files, or a Hub dataset id")
     else:
-        dataset = load_dataset_or_cache(args.dataset, args.dataset_config, split=split)
-        table, source = dataset.to_dict(), f"{args.dataset} ({split})"
-        label_feature = dataset.features.get(args.label_column)
-        if isinstance(label_feature, datasets.ClassLabel):  # GLUE's labels are names behind ids
-            table[args.label_column] = [label_feature.int2str(label) for label in table[args.label_column]]
+        table, source = read_hub_split(args, split)
     for column in (args.text_column, args.label_column):
         if column not in table:
             raise ValueError(f"{source} has no column {column!r}; its columns: {', '.join(table)}")
-    rows = [(text, label) for text, label in zip(table[args.text_column], table[args.label_column], strict=True)]
-    if any(not isinstance(text, str) or label in (None, "") for text, label in rows):
-        number = next(i for i, (text, label) in enumerate(rows, 1) if not isinstance(text, str) or label in (None, ""))
-        raise ValueError(f"{source}, record {number}: a text and a label are needed, got {rows[number - 1]!r}")
+    rows = list(zip(table[args.text_column], table[args.label_column], strict=True))
+    for number, (text, label) in enumerate(rows, 1):
+        if not isinstance(text, str) or label in (None, ""):
+            raise ValueError(f"{source}, record {number}: a text and a label are needed, got {(text, label)!r}")
     return datasets.Dataset.from_dict({"text": [text for text, _ in rows], "label": [str(label) for _, label in rows]})
+
+
+def read_folder_split(folder: Path, split: str) -> tuple[dict[str, list], str]:
+    """The columns of `{split}.tsv|csv|jsonl[.gz]` in `folder`, and the file's name for messages."""
+    files = {
+        m["split"]: (path, m["format"])
+        for path in sorted(folder.iterdir())
+        if (m := LABELLED_FILE.fullmatch(path.name))
+    }
+    if split not in files:
+        raise ValueError(f"no {split}.tsv, .csv or .jsonl in {folder}; splits there: {', '.join(files) or 'none'}")
+    path, file_format = files[split]
+    records = list(read_records(path, file_format))
+    if not records:
+        raise ValueError(f"{path}: empty file")
+    return {name: [record.get(name) for record in records] for name in records[0]}, str(path)
+
+
+def read_hub_split(args: ClassificationArguments, split: str) -> tuple[dict[str, list], str]:
+    dataset = load_dataset_or_cache(args.dataset, args.dataset_config, split=split)
+    table = dataset.to_dict()
+    label_feature = dataset.features.get(args.label_column)
+    if isinstance(label_feature, datasets.ClassLabel):  # GLUE's labels are names behind ids
+        table[args.label_column] = [label_feature.int2str(label) for label in table[args.label_column]]
+    return table, f"{args.dataset} ({split})"
 
 
 def label_names(train: datasets.Dataset) -> list[str]:
