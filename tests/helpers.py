@@ -32,22 +32,27 @@ MODEL_CODE_FILES = {
 VOCAB = 40
 PAD, BOS, EOS = 0, 1, 2
 
-# every combination of the architecture switches the core issue names
-SWITCHES = list(
-    itertools.product(
-        ("post", "pre"),  # norm_placement
-        ("sinusoidal", "learned", "rope"),  # position_embedding_type
-        ("layernorm", "rmsnorm"),  # norm_type
-        (None, 2, 1),  # num_key_value_heads: MHA, GQA, MQA
-        ("relu", "swiglu"),  # activation_function
+# every combination of the architecture switches the core issue names; the residual scaling takes its three values
+# in turn across them, so that each meets every other switch without tripling the matrix
+RESIDUAL_SCALINGS = ("none", "learned", "rezero")
+SWITCHES = [
+    (*combination, RESIDUAL_SCALINGS[index % 3])
+    for index, combination in enumerate(
+        itertools.product(
+            ("post", "pre"),  # norm_placement
+            ("sinusoidal", "learned", "rope"),  # position_embedding_type
+            ("layernorm", "rmsnorm"),  # norm_type
+            (None, 2, 1),  # num_key_value_heads: MHA, GQA, MQA
+            ("relu", "swiglu"),  # activation_function
+        )
     )
-)
+]
 
 
 def switch_id(switches) -> str:
-    placement, positions, norm, kv_heads, activation = switches
+    placement, positions, norm, kv_heads, activation, scaling = switches
     attention = {None: "mha", 2: "gqa", 1: "mqa"}[kv_heads]
-    return f"{placement}-{positions}-{norm}-{attention}-{activation}"
+    return f"{placement}-{positions}-{norm}-{attention}-{activation}" + ("" if scaling == "none" else f"-{scaling}")
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:
@@ -72,20 +77,29 @@ def tiny_config(**overrides) -> VanillaTransformerConfig:
 
 
 def config_for(switches, **overrides) -> VanillaTransformerConfig:
-    placement, positions, norm, kv_heads, activation = switches
+    placement, positions, norm, kv_heads, activation, scaling = switches
     return tiny_config(
         norm_placement=placement,
         position_embedding_type=positions,
         norm_type=norm,
         num_key_value_heads=kv_heads,
         activation_function=activation,
+        residual_scaling=scaling,
         **overrides,
     )
 
 
 def tiny_model(config, **kwargs) -> VanillaTransformerForConditionalGeneration:
+    """Seeded; under ReZero each layer's scale is set to 0.5, as after some training: at 0 the sublayers would
+    contribute nothing, and the checks that padding, the future or the cache change nothing would hold trivially."""
     torch.manual_seed(0)
-    return VanillaTransformerForConditionalGeneration._from_config(config, **kwargs).eval()
+    model = VanillaTransformerForConditionalGeneration._from_config(config, **kwargs).eval()
+    if config.residual_scaling == "rezero":
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if name.endswith("residual.scale"):
+                    parameter.fill_(0.5)
+    return model
 
 
 def random_tokens(batch: int, length: int, seed: int) -> torch.Tensor:

@@ -80,6 +80,10 @@ from vanilla_transformer.training.data import load_parallel
         (dict(init_std=-1), r"init_std=-1 is invalid: must be positive"),
         (dict(encoder_layers=0), r"encoder_layers=0 is invalid: must be a positive integer"),
         (dict(max_position_embeddings=0), r"max_position_embeddings=0 is invalid: must be a positive integer"),
+        (
+            dict(residual_scaling="fixup"),
+            r"residual_scaling='fixup' is invalid: allowed values are none, learned, rezero",
+        ),
     ],
 )
 def test_invalid_switch_names_field_value_and_allowed(overrides, message):

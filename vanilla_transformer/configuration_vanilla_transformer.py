@@ -17,6 +17,7 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope")
 WEIGHT_INITS = ("xavier", "normal")
 CLASSIFIER_POOLINGS = ("first", "mean")
+RESIDUAL_SCALINGS = ("none", "learned", "rezero")
 
 
 def _invalid(field: str, value, allowed: str) -> ValueError:
@@ -48,6 +49,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
         norm_placement: "post" is LayerNorm(x + Sublayer(x)) as in the paper; "pre" is x + Sublayer(Norm(x))
             with a final norm after each stack.
         norm_type: "layernorm" or "rmsnorm".
+        residual_scaling: "none" is x + Sublayer(x) as in the paper; "learned" is x + gamma * Sublayer(x) with a
+            learnable scalar gamma per sublayer starting at 1; "rezero" starts gamma at 0 (Bachlechner et al., 2020),
+            so that every layer starts as the identity of its residual stream.
         layer_norm_eps: epsilon of the norms.
         position_embedding_type: "sinusoidal" (computed for any length), "learned" (a table of
             max_position_embeddings rows) or "rope" (rotary, applied to queries and keys of self-attention).
@@ -91,6 +95,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     drop_path_rate: float | int = 0.0
     norm_placement: str = "post"
     norm_type: str = "layernorm"
+    residual_scaling: str = "none"
     layer_norm_eps: float | int = 1e-5
     position_embedding_type: str = "sinusoidal"
     max_position_embeddings: int = 512
@@ -183,6 +188,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
             ("position_embedding_type", POSITION_EMBEDDING_TYPES),
             ("weight_init", WEIGHT_INITS),
             ("classifier_pooling", CLASSIFIER_POOLINGS),
+            ("residual_scaling", RESIDUAL_SCALINGS),
         ):
             value = getattr(self, field)
             if value not in allowed:

@@ -18,7 +18,13 @@ def drop_path_rate(config, layer_idx: int, num_layers: int) -> float:
 
 def build_add_and_norm(config, drop_path: float) -> AddAndNorm:
     return AddAndNorm(
-        config.d_model, config.norm_placement, config.norm_type, config.layer_norm_eps, config.dropout, drop_path
+        config.d_model,
+        config.norm_placement,
+        config.norm_type,
+        config.layer_norm_eps,
+        config.dropout,
+        drop_path,
+        config.residual_scaling,
     )
 
 

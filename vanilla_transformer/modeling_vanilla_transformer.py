@@ -49,7 +49,7 @@ from .dropout import FastCpuDropout
 from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
 from .loss import label_smoothed_cross_entropy
 from .positions import build_absolute_positions, build_rotary, embedding_scale
-from .residual import build_norm
+from .residual import AddAndNorm, build_norm
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -363,6 +363,8 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
+        elif isinstance(module, AddAndNorm) and module.initial_scale is not None:
+            init.constant_(module.scale, module.initial_scale)
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):

@@ -14,6 +14,7 @@ from ..configuration_vanilla_transformer import (
     NORM_PLACEMENTS,
     NORM_TYPES,
     POSITION_EMBEDDING_TYPES,
+    RESIDUAL_SCALINGS,
     WEIGHT_INITS,
     VanillaTransformerConfig,
 )
@@ -39,6 +40,7 @@ CHOICES = {
     "norm_type": NORM_TYPES,
     "position_embedding_type": POSITION_EMBEDDING_TYPES,
     "weight_init": WEIGHT_INITS,
+    "residual_scaling": RESIDUAL_SCALINGS,
 }
 # HfArgumentParser reads one type a flag (Optional[X] included); the config accepts ints where it wants floats
 FLAG_TYPES = {float | int: float}
