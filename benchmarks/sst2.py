@@ -125,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     log(f"ours: {args.minutes} minutes of training")
-    ours_results = fit(ours, data, training_arguments("ours"), [TimeBudget(args.minutes)])
+    ours_results, _ = fit(ours, data, training_arguments("ours"), [TimeBudget(args.minutes)])
     steps = ours_results["train_steps"]
     log(f"BERT: {steps} steps, as ours took")
-    bert_results = fit(bert, data, training_arguments("bert"), [StopAtStep(steps)])
+    bert_results, _ = fit(bert, data, training_arguments("bert"), [StopAtStep(steps)])
 
     print(f"SST-2 validation accuracy, trained from scratch ({command_line()})")
     print(f"machine: {machine_summary()}")

@@ -157,19 +157,19 @@ def run_without_our_package(script: str, *args: str, cwd: Path) -> dict:
 
 # training runs of a tiny model on the numbers corpus (the `corpus_folder` fixture)
 QUIET_THREADS = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+TINY_TRAINING_MODEL = dict(
+    d_model=16,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+)
 
 
 def tiny_arguments(corpus_folder: Path, output_dir: Path, **train_overrides):
-    model_args = ModelArguments(
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        dropout=0.1,
-    )
+    model_args = ModelArguments(**TINY_TRAINING_MODEL, dropout=0.1)
     data_args = DataArguments(
         dataset=str(corpus_folder),
         validation_split="validation",
@@ -196,8 +196,7 @@ def tiny_arguments(corpus_folder: Path, output_dir: Path, **train_overrides):
 
 def tiny_train_flags(corpus_folder: Path) -> list[str]:
     """`vanilla-transformer train` flags for a 3-step run of a tiny model on the numbers corpus."""
-    model = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
-    model.update(encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0)
+    model = dict(TINY_TRAINING_MODEL, dropout=0)
     data = dict(dataset=corpus_folder, validation_split="validation", test_split="test", max_eval_samples=4)
     data.update(tokenizer=corpus_folder / "tokenizer")
     run = dict(max_steps=3, max_tokens=256, warmup_steps=2, save_steps=0, eval_steps=0, num_beams=1, max_new_tokens=4)

@@ -763,6 +763,13 @@ def test_overwrite_output_dir_does_not_average_an_earlier_runs_checkpoints(corpu
     assert results["averaged_checkpoints"] == 1
 
 
+def run_training_script(script: str, flags: list[str]) -> subprocess.CompletedProcess:
+    """`script` in a fresh Python process with the train flags as its arguments: a real signal ends it."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *flags], capture_output=True, text=True, env=QUIET_THREADS, timeout=600
+    )
+
+
 KILLED_WHILE_SAVING = """
 import os, signal, sys
 from accelerate import Accelerator
@@ -783,13 +790,7 @@ TrainingRun(*parse_arguments(sys.argv[1:])).run()
 def test_a_checkpoint_cut_short_by_sigkill_is_left_out_of_latest_and_named(corpus_folder, tmp_path, capsys):
     output = tmp_path / "killed"
     flags = [*tiny_train_flags(corpus_folder), "--max_steps", "6", "--save_steps", "2", "--output_dir", str(output)]
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_WHILE_SAVING, *flags],
-        capture_output=True,
-        text=True,
-        env=QUIET_THREADS,
-        timeout=600,
-    )
+    killed = run_training_script(KILLED_WHILE_SAVING, flags)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert sorted(path.name for path in (output / "checkpoints").iterdir()) == [".step-4.partial", "step-2"]
 
@@ -822,13 +823,7 @@ sys.exit(main(["train", *sys.argv[1:]]))
 def test_ctrl_c_saves_the_step_it_stopped_at_and_the_run_resumes_from_it(corpus_folder, tmp_path):
     output = tmp_path / "interrupted"
     flags = [*tiny_train_flags(corpus_folder), "--max_steps", "6", "--save_steps", "4", "--output_dir", str(output)]
-    interrupted = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_AT_STEP_3, *flags],
-        capture_output=True,
-        text=True,
-        env=QUIET_THREADS,
-        timeout=600,
-    )
+    interrupted = run_training_script(INTERRUPTED_AT_STEP_3, flags)
     assert interrupted.returncode == 130, interrupted.stderr[-2000:]
     last_line = interrupted.stderr.strip().splitlines()[-1]
     assert last_line == (

@@ -696,12 +696,11 @@ class ClassifierHead(nn.Module):
         return self.out_proj(self.dropout(hidden_states))
 
 
-class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
-    """The encoder, a sentence vector (`config.classifier_pooling`) and a linear classifier: one label a sentence,
-    or scores (`problem_type` regression) or several labels (multi_label_classification), with transformers'
-    losses for each (cross-entropy, MSE, binary cross-entropy)."""
+class EncoderWithClassifier(VanillaTransformerPreTrainedModel):
+    """What both classifiers are made of: the encoder, at the name a translation checkpoint keeps it under
+    (`model`), and a `ClassifierHead`."""
 
-    # the loss is a batch mean: Trainer then divides it by the gradient-accumulation steps itself
+    # their losses are batch means: Trainer then divides them by the gradient-accumulation steps itself
     accepts_loss_kwargs = False
 
     def __init__(self, config: VanillaTransformerConfig):
@@ -709,6 +708,12 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         self.model = VanillaTransformerEncoderModel(config)
         self.classifier = ClassifierHead(config)
         self.post_init()
+
+
+class VanillaTransformerForSequenceClassification(EncoderWithClassifier):
+    """The encoder, a sentence vector (`config.classifier_pooling`) and a linear classifier: one label a sentence,
+    or scores (`problem_type` regression) or several labels (multi_label_classification), with transformers'
+    losses for each (cross-entropy, MSE, binary cross-entropy)."""
 
     @can_return_tuple
     def forward(
@@ -740,17 +745,8 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         )
 
 
-class VanillaTransformerForTokenClassification(VanillaTransformerPreTrainedModel):
+class VanillaTransformerForTokenClassification(EncoderWithClassifier):
     """The encoder and a linear classifier on each token's vector: a label a token; labels of -100 are ignored."""
-
-    # the loss is a mean over the batch's labelled tokens: Trainer then divides it by the accumulation steps itself
-    accepts_loss_kwargs = False
-
-    def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config)
-        self.model = VanillaTransformerEncoderModel(config)
-        self.classifier = ClassifierHead(config)
-        self.post_init()
 
     @can_return_tuple
     def forward(

@@ -157,6 +157,14 @@ def check_at_least(arguments, low: float, *names: str) -> None:
             raise ValueError(f"{name}={value!r} must be {low} or more")
 
 
+def check_positive(arguments, *names: str) -> None:
+    """Like `check_at_least`, for values that must be above zero (None, where allowed, means unset)."""
+    for name in names:
+        value = getattr(arguments, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"{name}={value!r} must be positive")
+
+
 MIXED_PRECISION = ("no", "fp16", "bf16")
 REPORT_TO = ("auto", "tensorboard", "none")
 # the names transformers.get_scheduler knows that need no arguments beyond the step counts
@@ -246,10 +254,7 @@ class TrainArguments:
         )
         check_at_least(self, 0, "warmup_steps", "eval_steps", "save_steps", "save_total_limit", "max_grad_norm")
         check_at_least(self, 0, "weight_decay", "adam_beta1", "adam_beta2")
-        for name in ("learning_rate", "max_train_minutes", "adam_epsilon"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name}={value!r} must be positive")
+        check_positive(self, "learning_rate", "max_train_minutes", "adam_epsilon")
         for name in ("adam_beta1", "adam_beta2"):
             if not getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be below 1")

@@ -31,7 +31,7 @@ from ..hub.connection import load_dataset_or_cache
 from ..inference.loading import load_tokenizer
 from ..modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ..tokenization import VOCAB_SIZE, train_tokenizer, with_sentence_start
-from .arguments import ModelArguments, TrainArgumentParser, check_at_least
+from .arguments import ModelArguments, TrainArgumentParser, check_at_least, check_positive
 from .data import read_records
 from .output_folder import check_output_folder
 
@@ -72,8 +72,7 @@ class ClassificationArguments:
 
     def __post_init__(self):
         check_at_least(self, 1, "max_train_samples", "vocab_size", "max_length")
-        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
-            raise ValueError(f"max_train_minutes={self.max_train_minutes!r} must be positive")
+        check_positive(self, "max_train_minutes")
 
 
 @dataclass
@@ -218,8 +217,11 @@ def prepare_labelled_data(args: ClassificationArguments) -> LabelledData:
     return LabelledData(tokenizer, *splits, labels)
 
 
-def fit(model, data: LabelledData, training_args: TrainingArguments, callbacks: list[TrainerCallback]) -> dict:
-    """Train `model` with transformers' Trainer (accuracy at each evaluation), then score it on validation."""
+def fit(
+    model, data: LabelledData, training_args: TrainingArguments, callbacks: list[TrainerCallback]
+) -> tuple[dict, Trainer]:
+    """Train `model` with transformers' Trainer (accuracy at each evaluation), then score it on validation; the
+    results, and the trainer that can save the model."""
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -239,8 +241,7 @@ def fit(model, data: LabelledData, training_args: TrainingArguments, callbacks: 
         "train_minutes": round(minutes, 2),
         "parameters": sum(p.numel() for p in model.parameters()),
         "labels": data.labels,
-        "trainer": trainer,
-    }
+    }, trainer
 
 
 def classify(model_args: ModelArguments, args: ClassificationArguments, training_args: TrainingArguments) -> dict:
@@ -250,8 +251,8 @@ def classify(model_args: ModelArguments, args: ClassificationArguments, training
     check_output_folder(output_dir, bool(training_args.resume_from_checkpoint), args.overwrite_output_dir)
     data = prepare_labelled_data(args)
     model = build_classifier(model_args, args, data.tokenizer, data.labels)
-    results = fit(model, data, training_args, [TimeBudget(args.max_train_minutes)])
-    results.pop("trainer").save_model(str(output_dir))
+    results, trainer = fit(model, data, training_args, [TimeBudget(args.max_train_minutes)])
+    trainer.save_model(str(output_dir))
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
 

@@ -249,10 +249,14 @@ class TrainingRun:
         totals = self.accelerator.reduce(torch.tensor([step_loss, seen_tokens], device=self.accelerator.device))
         return totals[0].item(), int(totals[1].item())
 
+    def checkpoint_folder(self) -> Path:
+        """Where the checkpoint of the current step is (or will be) saved."""
+        return self.checkpoint_root / f"step-{self.state.step}"
+
     def save_checkpoint(self) -> None:
         """Every process writes into a partial folder; once all are done it is renamed into place, so a checkpoint
         folder is complete or absent (a kill or a full disk during the save leaves only the partial one)."""
-        folder = self.checkpoint_root / f"step-{self.state.step}"
+        folder = self.checkpoint_folder()
         partial = partial_folder(folder)
         if self.accelerator.is_main_process:
             shutil.rmtree(partial, ignore_errors=True)  # left by a save that was cut short
@@ -345,7 +349,7 @@ class TrainingRun:
         progress.close()
         self.state.train_seconds = self.training_seconds(carried, launched)
         if interrupt.requested:
-            saved = self.checkpoint_root / f"step-{self.state.step}"
+            saved = self.checkpoint_folder()
             if not saved.is_dir():
                 self.save_checkpoint()
             raise TrainingInterrupted(
