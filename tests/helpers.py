@@ -33,25 +33,35 @@ VOCAB = 40
 PAD, BOS, EOS = 0, 1, 2
 
 # every combination of the architecture switches the core issue names; the residual scaling takes its three values
-# in turn across them, so that each meets every other switch without tripling the matrix
+# in turn across them, and the rotary combinations take RoPE's scalings in turn ("rope:ntk"), so that each meets every
+# other switch without multiplying the matrix. Dynamic NTK changes the rotation with the length, so padding and the
+# cache change its outputs by design (as in transformers); test_positions.py checks it on its own.
 RESIDUAL_SCALINGS = ("none", "learned", "rezero")
-SWITCHES = [
-    (*combination, RESIDUAL_SCALINGS[index % 3])
-    for index, combination in enumerate(
-        itertools.product(
-            ("post", "pre"),  # norm_placement
-            ("sinusoidal", "learned", "rope"),  # position_embedding_type
-            ("layernorm", "rmsnorm"),  # norm_type
-            (None, 2, 1),  # num_key_value_heads: MHA, GQA, MQA
-            ("relu", "swiglu"),  # activation_function
-        )
+ROPE_SCALINGS = ("rope", "rope:linear", "rope:ntk")
+COMBINATIONS = list(
+    itertools.product(
+        ("post", "pre"),  # norm_placement
+        ("sinusoidal", "learned", "rope", "alibi"),  # position_embedding_type
+        ("layernorm", "rmsnorm"),  # norm_type
+        (None, 2, 1),  # num_key_value_heads: MHA, GQA, MQA
+        ("relu", "swiglu"),  # activation_function
     )
+)
+SWITCHES = [
+    (
+        placement,
+        ROPE_SCALINGS[index // 3 % 3] if positions == "rope" else positions,
+        *others,
+        RESIDUAL_SCALINGS[index % 3],
+    )
+    for index, (placement, positions, *others) in enumerate(COMBINATIONS)
 ]
 
 
 def switch_id(switches) -> str:
     placement, positions, norm, kv_heads, activation, scaling = switches
     attention = {None: "mha", 2: "gqa", 1: "mqa"}[kv_heads]
+    positions = positions.replace(":", "_")
     return f"{placement}-{positions}-{norm}-{attention}-{activation}" + ("" if scaling == "none" else f"-{scaling}")
 
 
@@ -78,6 +88,10 @@ def tiny_config(**overrides) -> VanillaTransformerConfig:
 
 def config_for(switches, **overrides) -> VanillaTransformerConfig:
     placement, positions, norm, kv_heads, activation, scaling = switches
+    positions, _, rope_type = positions.partition(":")
+    if rope_type:
+        # a factor of 4 moves every rotation the tiny sequences make, so the checks meet the scaled angles
+        overrides.setdefault("rope_parameters", {"rope_type": rope_type, "factor": 4.0})
     return tiny_config(
         norm_placement=placement,
         position_embedding_type=positions,

@@ -63,7 +63,28 @@ from vanilla_transformer.training.data import load_parallel
         (dict(activation_function="tanh"), r"activation_function='tanh' is invalid: allowed values are relu, gelu"),
         (dict(norm_placement="sandwich"), r"norm_placement='sandwich' is invalid: allowed values are post, pre"),
         (dict(norm_type="batchnorm"), r"norm_type='batchnorm' is invalid: allowed values are layernorm, rmsnorm"),
-        (dict(position_embedding_type="alibi"), r"position_embedding_type='alibi' is invalid: allowed values"),
+        (dict(position_embedding_type="t5"), r"position_embedding_type='t5' is invalid: allowed values .*, alibi"),
+        (
+            dict(position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 2}),
+            r"rope_parameters=.* is invalid: rope_type must be one of default, linear, ntk, dynamic",
+        ),
+        (
+            dict(position_embedding_type="rope", rope_parameters={"rope_type": "ntk"}),
+            r"rope_parameters=.* is invalid: rope_type 'ntk' needs a number factor >= 1",
+        ),
+        (
+            dict(position_embedding_type="rope", rope_parameters={"rope_type": "linear", "factor": 0.5}),
+            r"rope_parameters=.* is invalid: rope_type 'linear' needs a number factor >= 1",
+        ),
+        (
+            dict(rope_parameters={"rope_type": "dynamic", "factor": 2}),
+            r"rope_type 'dynamic' scales rotary positions, which position_embedding_type='sinusoidal' does not use",
+        ),
+        (dict(rope_parameters={"rope_theta": 0}), r"rope_parameters=.* is invalid: rope_theta must be positive"),
+        (
+            dict(position_embedding_type="rope", rope_parameters={"rope_type": "linear", "factr": 2}),
+            r"'factr' is no key of rope_type 'linear'; its keys are \['factor', 'rope_theta', 'rope_type', 'type'\]",
+        ),
         (
             dict(position_embedding_type="rope", d_model=12, encoder_attention_heads=4, decoder_attention_heads=4),
             r"rotary needs an even head size, d_model / encoder_attention_heads = 3",

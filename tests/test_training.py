@@ -51,11 +51,13 @@ def test_every_config_switch_is_a_train_flag_with_the_configs_default_and_meanin
 
 def test_train_flags_reach_the_model_config(corpus_folder):
     model_args, data_args, _ = parse_arguments(
-        ["--rope_theta", "500", "--init_std", "0.05", "--layer_norm_eps", "1e-6", "--scale_embedding", "false"]
+        ["--position_embedding_type", "rope", "--rope_parameters", '{"rope_type": "linear", "factor": 2}']
+        + ["--init_std", "0.05", "--layer_norm_eps", "1e-6", "--scale_embedding", "false"]
         + ["--label_smoothing", "0.1", "--norm_type", "rmsnorm", "--tokenizer", str(corpus_folder / "tokenizer")]
     )
     config = model_args.build_config(AutoTokenizer.from_pretrained(data_args.tokenizer))
-    assert (config.rope_theta, config.init_std, config.layer_norm_eps) == (500.0, 0.05, 1e-6)
+    assert config.rope_parameters == {"rope_type": "linear", "factor": 2, "rope_theta": 10000.0}
+    assert (config.init_std, config.layer_norm_eps) == (0.05, 1e-6)
     assert config.scale_embedding is False and config.label_smoothing == 0.1 and config.norm_type == "rmsnorm"
     with pytest.raises(SystemExit):
         parse_arguments(["--norm_type", "batchnorm"])  # argparse names the allowed choices

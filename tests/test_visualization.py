@@ -21,6 +21,7 @@ from vanilla_transformer.positions import inverse_frequencies
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.visualization import (
     add_plot_subcommand,
+    alibi_bias_plot,
     attention_masks,
     cross_attention_alignment,
     generation_cross_attentions,
@@ -393,6 +394,17 @@ def run_cli(*argv) -> int:
     return args.func(args)
 
 
+def test_alibi_plot_draws_each_heads_penalty_and_where_it_looks(tmp_path):
+    result = alibi_bias_plot(tmp_path / "alibi.png", heads=4, max_distance=10)
+    assert_png(tmp_path / "alibi.png")
+    slopes = np.array([2**-2, 2**-4, 2**-6, 2**-8])
+    np.testing.assert_allclose(result.biases, -slopes[:, None] * np.arange(11)[None, :])
+    np.testing.assert_allclose(result.attention.sum(-1), 1.0)
+    # the steepest head looks mostly at the newest key, the flattest almost evenly
+    assert result.attention[0, 0] > 0.2 and result.attention[-1].max() - result.attention[-1].min() < 0.01
+    assert len(result.axes) == 2 and len(result.axes[0].get_lines()) == 4
+
+
 def test_plot_subcommand_draws_every_kind(model, tokenizer, tmp_path, capsys):
     folder = tmp_path / "model"
     model.save_pretrained(folder)
@@ -404,6 +416,7 @@ def test_plot_subcommand_draws_every_kind(model, tokenizer, tmp_path, capsys):
         "d.svg": ["attention", *model_text, "--target", "a dog .", "--stack", "decoder", "--layer", "0"],
         "p.png": ["positions", "--d-model", "32", "--length", "40", "--dims", "0", "5"],
         "r.png": ["positions", "--kind", "rope", "--head-dim", "8", "--theta", "100", "--max-distance", "32"],
+        "b.png": ["positions", "--kind", "alibi", "--heads", "4", "--max-distance", "16"],
         "m.png": ["masks", "--lengths", "3", "--sliding-window", "2"],
         "t.png": ["masks", "--model", str(folder), "--text", "a dog .", "--text", TEXT],
     }

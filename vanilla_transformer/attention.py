@@ -34,13 +34,17 @@ def eager_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float,
     dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / sqrt(d_k) + mask) V, written out so the attention weights can be returned."""
+    """softmax(Q K^T / sqrt(d_k) + bias + mask) V, written out so the attention weights can be returned; the bias is
+    ALiBi's, when positions are given that way."""
     key = repeat_kv(key, module.num_key_value_groups)
     value = repeat_kv(value, module.num_key_value_groups)
     # (batch, heads, q_len, head_dim) @ (batch, heads, head_dim, kv_len) -> (batch, heads, q_len, kv_len)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if position_bias is not None:
+        scores = scores + position_bias
     if attention_mask is not None:
         # masking_utils gives eager an additive float mask: 0 where allowed, the dtype's minimum where not
         scores = scores + attention_mask[..., : key.shape[-2]]
@@ -119,6 +123,7 @@ class VanillaTransformerAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_bias: torch.Tensor | None = None,
         cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -126,6 +131,9 @@ class VanillaTransformerAttention(nn.Module):
             query, key, value = self._cross_attention_states(hidden_states, encoder_hidden_states, cache)
         else:
             query, key, value = self._self_attention_states(hidden_states, rotary, cache)
+        if position_bias is not None:
+            # the bias covers every key so far; a sliding-window cache keeps only the last ones
+            kwargs["position_bias"] = position_bias[..., -key.shape[-2] :]
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward

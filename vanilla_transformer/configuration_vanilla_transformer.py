@@ -14,7 +14,9 @@ from transformers import PreTrainedConfig
 ACTIVATION_FUNCTIONS = ("relu", "gelu", "silu", "swiglu", "geglu")
 NORM_PLACEMENTS = ("post", "pre")
 NORM_TYPES = ("layernorm", "rmsnorm")
-POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope")
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope", "alibi")
+# transformers' rope_type names where it has them ("ntk" is the static NTK-aware scaling, which it has not)
+ROPE_TYPES = ("default", "linear", "ntk", "dynamic")
 WEIGHT_INITS = ("xavier", "normal")
 CLASSIFIER_POOLINGS = ("first", "mean")
 RESIDUAL_SCALINGS = ("none", "learned", "rezero")
@@ -54,9 +56,14 @@ class VanillaTransformerConfig(PreTrainedConfig):
             so that every layer starts as the identity of its residual stream.
         layer_norm_eps: epsilon of the norms.
         position_embedding_type: "sinusoidal" (computed for any length), "learned" (a table of
-            max_position_embeddings rows) or "rope" (rotary, applied to queries and keys of self-attention).
-        max_position_embeddings: rows of the learned position table; a longer input is an error.
-        rope_theta: base of the rotary frequencies.
+            max_position_embeddings rows), "rope" (rotary, applied to queries and keys of self-attention) or "alibi"
+            (a bias on self-attention scores, minus a per-head slope times the distance; Press et al., 2022).
+        max_position_embeddings: rows of the learned position table (a longer input is an error); under rope, the
+            length trained on, beyond which "dynamic" scaling starts.
+        rope_parameters: transformers' RoPE dict: {"rope_type": default | linear | ntk | dynamic, "rope_theta": base
+            of the rotary frequencies (10000), "factor": how many times longer than trained the inputs may be}; linear
+            divides positions by factor, ntk raises the base by factor^(d/(d-2)), dynamic does so by what the current
+            length needs. A legacy rope_theta or rope_scaling keyword is read into it.
         scale_embedding: multiply token embeddings by sqrt(d_model).
         share_encoder_decoder_embeddings: one embedding matrix for source and target tokens.
         tie_word_embeddings: the generator reuses the (decoder) embedding matrix.
@@ -99,7 +106,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     layer_norm_eps: float | int = 1e-5
     position_embedding_type: str = "sinusoidal"
     max_position_embeddings: int = 512
-    rope_theta: float | int = 10000.0
+    rope_parameters: dict | None = None
     scale_embedding: bool = True
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
@@ -134,6 +141,15 @@ class VanillaTransformerConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)  # sets what the keywords of attribute_map name, e.g. num_attention_heads
         if self.num_key_value_heads is None and self.encoder_attention_heads == self.decoder_attention_heads:
             self.num_key_value_heads = self.decoder_attention_heads
+
+    def __setattr__(self, key, value):
+        # from_pretrained(folder, rope_parameters={"rope_type": "ntk", "factor": 4}) sets the field on the folder's
+        # config: the rotation keeps the base it was trained with unless the new dict names one
+        if key == "rope_parameters" and isinstance(value, dict) and "rope_theta" not in value:
+            trained = getattr(self, "rope_parameters", None) or {}
+            if "rope_theta" in trained:
+                value = {"rope_type": "default", **value, "rope_theta": trained["rope_theta"]}
+        super().__setattr__(key, value)
 
     def validate_sizes(self):
         for field in (
@@ -195,16 +211,39 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise _invalid(field, value, f"allowed values are {', '.join(allowed)}")
 
     def validate_rope(self):
-        if self.position_embedding_type != "rope":
+        """Our own, instead of transformers' (which knows no "ntk" and warns where a switch should raise)."""
+        if self.position_embedding_type == "rope":
+            for field in ("encoder_attention_heads", "decoder_attention_heads"):
+                head_dim = self.d_model // getattr(self, field)
+                if head_dim % 2:
+                    raise _invalid(
+                        "position_embedding_type",
+                        "rope",
+                        f"rotary needs an even head size, d_model / {field} = {head_dim}",
+                    )
+        parameters = self.rope_parameters or {}
+        rope_type = parameters.get("rope_type", "default")
+        if rope_type not in ROPE_TYPES:
+            raise _invalid("rope_parameters", parameters, f"rope_type must be one of {', '.join(ROPE_TYPES)}")
+        # "type" is the legacy name of rope_type, which transformers copies over
+        known = {"rope_type", "type", "rope_theta"} | ({"factor"} if rope_type != "default" else set())
+        for key in sorted(parameters.keys() - known):
+            allowed = f"{key!r} is no key of rope_type {rope_type!r}; its keys are {sorted(known)}"
+            raise _invalid("rope_parameters", parameters, allowed)
+        if not parameters.get("rope_theta", 1) > 0:
+            raise _invalid("rope_parameters", parameters, "rope_theta must be positive")
+        if rope_type == "default":
             return
-        for field in ("encoder_attention_heads", "decoder_attention_heads"):
-            head_dim = self.d_model // getattr(self, field)
-            if head_dim % 2:
-                raise _invalid(
-                    "position_embedding_type", "rope", f"rotary needs an even head size, d_model / {field} = {head_dim}"
-                )
-        if self.rope_theta <= 0:
-            raise _invalid("rope_theta", self.rope_theta, "must be positive")
+        if self.position_embedding_type != "rope":
+            raise _invalid(
+                "rope_parameters",
+                parameters,
+                f"rope_type {rope_type!r} scales rotary positions, which "
+                f"position_embedding_type={self.position_embedding_type!r} does not use",
+            )
+        factor = parameters.get("factor")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+            raise _invalid("rope_parameters", parameters, f"rope_type {rope_type!r} needs a number factor >= 1")
 
     def validate_probabilities(self):
         for field in ("dropout", "attention_dropout", "activation_dropout", "drop_path_rate"):

@@ -46,10 +46,15 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_bias: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, self_attn_weights = self.self_attn(
-            self.self_attn_residual.sublayer_input(hidden_states), attention_mask, rotary=rotary, **kwargs
+            self.self_attn_residual.sublayer_input(hidden_states),
+            attention_mask,
+            rotary=rotary,
+            position_bias=position_bias,
+            **kwargs,
         )
         hidden_states = self.self_attn_residual.add_and_norm(hidden_states, attended)
         transformed = self.feed_forward(self.feed_forward_residual.sublayer_input(hidden_states))
@@ -75,11 +80,18 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor,
         encoder_attention_mask: torch.Tensor | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_bias: torch.Tensor | None = None,
         cache=None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        # positions (rotary or ALiBi) enter self-attention only: cross-attention relates the two sentences by content
         attended, self_attn_weights = self.self_attn(
-            self.self_attn_residual.sublayer_input(hidden_states), attention_mask, rotary=rotary, cache=cache, **kwargs
+            self.self_attn_residual.sublayer_input(hidden_states),
+            attention_mask,
+            rotary=rotary,
+            position_bias=position_bias,
+            cache=cache,
+            **kwargs,
         )
         hidden_states = self.self_attn_residual.add_and_norm(hidden_states, attended)
         attended, cross_attn_weights = self.cross_attn(

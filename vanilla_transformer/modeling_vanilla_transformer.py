@@ -48,7 +48,7 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .dropout import FastCpuDropout
 from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
 from .loss import label_smoothed_cross_entropy
-from .positions import build_absolute_positions, build_rotary, embedding_scale
+from .positions import build_absolute_positions, build_linear_biases, build_rotary, embedding_scale
 from .residual import AddAndNorm, build_norm
 
 
@@ -147,13 +147,15 @@ def check_inputs(input_ids, inputs_embeds, vocab_size: int, name: str) -> tuple[
 
 
 class TransformerStack(nn.Module):
-    """What both stacks share: embeddings, rotary tables, N layers and, for Pre-LN, a final norm."""
+    """What both stacks share: embeddings, the positions of self-attention (rotary tables or ALiBi's biases), N layers
+    and, for Pre-LN, a final norm."""
 
     def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding, layer_class, heads, layers):
         super().__init__()
         self.config = config
         self.embeddings = TokenEmbedding(config, embed_tokens)
         self.rotary = build_rotary(config, heads)
+        self.linear_biases = build_linear_biases(config, heads, causal=layer_class is VanillaTransformerDecoderLayer)
         self.layers = nn.ModuleList(layer_class(config, layer_idx) for layer_idx in range(layers))
         # Pre-LN leaves the residual stream un-normalised, so the stack ends with a norm
         pre_norm = config.norm_placement == "pre"
@@ -163,8 +165,21 @@ class TransformerStack(nn.Module):
     def embed_tokens(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
 
-    def rotary_tables(self, start: int, length: int, like: torch.Tensor):
-        return self.rotary(start, length, like.device, like.dtype) if self.rotary is not None else None
+    def self_attention_positions(self, start: int, length: int, like: torch.Tensor) -> dict:
+        """What self-attention needs to know where its `length` queries from `start` on sit: rotary cos/sin tables,
+        ALiBi's bias over the keys, or nothing (the positions were added to the embeddings)."""
+        positions = dict(rotary=None, position_bias=None)
+        if self.rotary is not None:
+            positions["rotary"] = self.rotary(start, length, like.device, like.dtype)
+        if self.linear_biases is not None:
+            implementation = self.config._attn_implementation
+            if implementation not in ("eager", "sdpa"):
+                raise ValueError(
+                    f"position_embedding_type='alibi' adds a bias to the attention scores, which "
+                    f"attn_implementation={implementation!r} cannot take; use 'sdpa' or 'eager'."
+                )
+            positions["position_bias"] = self.linear_biases(start, length, like.device, like.dtype)
+        return positions
 
     def run_layers(self, hidden_states, layer_args: tuple, layer_kwargs: dict, output_hidden_states, output_attentions):
         """The N layers, then the Pre-LN final norm. Returns the stack's output; the hidden states (the embeddings,
@@ -205,7 +220,7 @@ class VanillaTransformerEncoder(TransformerStack):
         shape = check_inputs(input_ids, inputs_embeds, self.config.vocab_size, "input_ids")
         check_mask(attention_mask, shape, "attention_mask")
         hidden_states = self.embeddings(input_ids, inputs_embeds, start=0)
-        rotary = self.rotary_tables(0, shape[1], hidden_states)
+        positions = self.self_attention_positions(0, shape[1], hidden_states)
         mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -214,7 +229,7 @@ class VanillaTransformerEncoder(TransformerStack):
         )
 
         hidden_states, all_hidden_states, weights = self.run_layers(
-            hidden_states, (mask,), dict(rotary=rotary, **kwargs), output_hidden_states, output_attentions
+            hidden_states, (mask,), dict(**positions, **kwargs), output_hidden_states, output_attentions
         )
         (self_attentions,) = weights or (None,)
         return BaseModelOutput(
@@ -252,7 +267,7 @@ class VanillaTransformerDecoder(TransformerStack):
         check_mask(attention_mask, (shape[0], past_length + shape[1]), "decoder_attention_mask")
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, start=past_length)
-        rotary = self.rotary_tables(past_length, shape[1], hidden_states)
+        positions = self.self_attention_positions(past_length, shape[1], hidden_states)
         self_attention_cache = cache.self_attention_cache if cache is not None else None
         make_causal_mask = create_sliding_window_causal_mask if self.config.sliding_window else create_causal_mask
         causal_mask = make_causal_mask(
@@ -268,7 +283,7 @@ class VanillaTransformerDecoder(TransformerStack):
         hidden_states, all_hidden_states, weights = self.run_layers(
             hidden_states,
             (causal_mask, encoder_hidden_states),  # positional, so gradient checkpointing sees the encoder output
-            dict(encoder_attention_mask=cross_mask, rotary=rotary, cache=cache, **kwargs),
+            dict(encoder_attention_mask=cross_mask, cache=cache, **positions, **kwargs),
             output_hidden_states,
             output_attentions,
         )
@@ -297,6 +312,11 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
+
+    def __init__(self, config: VanillaTransformerConfig, *inputs, **kwargs):
+        # from_pretrained sets its keyword overrides on the config after the config checked itself: check again
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers adds the saved class and AutoConfig to the auto_map the config already holds."""

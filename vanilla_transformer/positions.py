@@ -1,7 +1,8 @@
-"""Where a token sits: sinusoidal, learned and rotary position encodings.
+"""Where a token sits: sinusoidal, learned and rotary position encodings, and ALiBi's linear biases.
 
 Sinusoidal and learned encodings are added to the token embeddings at the bottom of each stack;
-rotary encodings instead rotate queries and keys inside self-attention.
+rotary encodings instead rotate queries and keys inside self-attention, and ALiBi adds a penalty that grows with
+the distance between query and key to the self-attention scores.
 """
 
 import math
@@ -49,19 +50,44 @@ class LearnedPositionalEmbedding(nn.Embedding):
 
 
 class RotaryEmbedding(nn.Module):
-    """cos and sin of the rotary angles (Su et al., 2021) for a run of positions, shared by all layers of a stack."""
+    """cos and sin of the rotary angles (Su et al., 2021) for a run of positions, shared by all layers of a stack.
 
-    def __init__(self, head_dim: int, theta: float):
+    The config's `rope_parameters` may stretch the angles for inputs longer than those trained on (`trained_length`),
+    with the rope_type names of transformers: "linear" divides the positions by `factor` (Chen et al., 2023); "ntk"
+    raises the base to theta * factor^(d/(d-2)), which slows the lowest frequency `factor` times and leaves the
+    highest as trained (NTK-aware scaling, bloc97, 2023); "dynamic" does the same with the factor that the current
+    length needs, and nothing up to `trained_length` (as in transformers: with a cache, keys keep the rotation they
+    were cached with, and padding counts in the length).
+    """
+
+    def __init__(
+        self, head_dim: int, theta: float, rope_type: str = "default", factor: float = 1.0, trained_length: int = 1
+    ):
         super().__init__()
         self.head_dim = head_dim
         self.theta = theta
+        self.rope_type = rope_type
+        self.factor = factor
+        self.trained_length = trained_length
+
+    def base(self, total_length: int) -> float:
+        # the base change that turns a stretch of `factor` into a slowdown of the lowest frequency by `factor`
+        exponent = self.head_dim / (self.head_dim - 2) if self.head_dim > 2 else 1.0
+        if self.rope_type == "ntk":
+            return self.theta * self.factor**exponent
+        if self.rope_type == "dynamic" and total_length > self.trained_length:
+            stretch = self.factor * total_length / self.trained_length - (self.factor - 1)
+            return self.theta * stretch**exponent
+        return self.theta
 
     def forward(
         self, start: int, length: int, device: torch.device, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # (seq,) x (head_dim/2,) -> (seq, head_dim/2) -> (seq, head_dim): the two halves rotate as pairs
         positions = torch.arange(length, device=device, dtype=torch.float32) + start
-        angles = positions[:, None] * inverse_frequencies(self.head_dim, self.theta, device)
+        if self.rope_type == "linear":
+            positions = positions / self.factor
+        angles = positions[:, None] * inverse_frequencies(self.head_dim, self.base(start + length), device)
         angles = torch.cat((angles, angles), dim=-1)
         # in the activations' dtype, or eager and sdpa drift apart in half precision
         return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -77,8 +103,39 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + rotate_half(x) * sin
 
 
+def alibi_slopes(heads: int) -> list[float]:
+    """Head h of n gets the slope 2^(-8h/n) (Press et al., 2022); for n not a power of two, the slopes of the power of
+    two below it, then every other slope of the power of two above it, as the paper's code does."""
+    if heads & (heads - 1) == 0:
+        return [2 ** (-8 * head / heads) for head in range(1, heads + 1)]
+    below = 2 ** math.floor(math.log2(heads))
+    return alibi_slopes(below) + alibi_slopes(2 * below)[::2][: heads - below]
+
+
+class LinearBiases(nn.Module):
+    """ALiBi: self-attention scores get -m_h * distance, a penalty growing with how far the key is from the query,
+    with a fixed slope m_h per head and no position vectors at all. The decoder looks back only (distance i - j); the
+    encoder looks both ways (|i - j|), so that left or right padding moves no distance between real tokens."""
+
+    def __init__(self, heads: int, causal: bool):
+        super().__init__()
+        self.slopes = alibi_slopes(heads)
+        self.causal = causal
+
+    def forward(self, start: int, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """(1, heads, length, start + length): the bias of the `length` new queries over every key so far; attention
+        keeps the last columns when its cache holds fewer keys (a sliding window)."""
+        queries = torch.arange(length, device=device) + start
+        keys = torch.arange(start + length, device=device)
+        offset = keys[None, :] - queries[:, None]
+        # the decoder's future keys are masked anyway; clamping keeps their bias finite
+        distance = -offset.clamp(max=0) if self.causal else offset.abs()
+        slopes = torch.tensor(self.slopes, device=device, dtype=torch.float32)
+        return (-slopes[:, None, None] * distance).unsqueeze(0).to(dtype)
+
+
 def build_absolute_positions(config) -> nn.Module | None:
-    """The additive position encoding of a stack, or None when positions are rotary."""
+    """The additive position encoding of a stack, or None when positions are rotary or ALiBi's biases."""
     if config.position_embedding_type == "sinusoidal":
         return SinusoidalPositionalEncoding(config.d_model)
     if config.position_embedding_type == "learned":
@@ -89,7 +146,18 @@ def build_absolute_positions(config) -> nn.Module | None:
 def build_rotary(config, attention_heads: int) -> RotaryEmbedding | None:
     if config.position_embedding_type != "rope":
         return None
-    return RotaryEmbedding(config.d_model // attention_heads, float(config.rope_theta))
+    rope = config.rope_parameters
+    return RotaryEmbedding(
+        config.d_model // attention_heads,
+        float(rope["rope_theta"]),
+        rope["rope_type"],
+        float(rope.get("factor", 1.0)),
+        config.max_position_embeddings,
+    )
+
+
+def build_linear_biases(config, attention_heads: int, causal: bool) -> LinearBiases | None:
+    return LinearBiases(attention_heads, causal) if config.position_embedding_type == "alibi" else None
 
 
 def embedding_scale(config) -> float:

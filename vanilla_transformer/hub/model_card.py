@@ -177,7 +177,9 @@ def render_model_card(
         "num_beams": num_beams,
         "max_new_tokens": generation.get("max_new_tokens") or 128,
         "max_input_tokens": config.max_position_embeddings if learned else None,
-        "position_text": {"sinusoidal": "sinusoidal", "rope": "rotary (RoPE)"}.get(config.position_embedding_type),
+        "position_text": {"sinusoidal": "sinusoidal", "rope": "rotary (RoPE)", "alibi": "ALiBi"}.get(
+            config.position_embedding_type
+        ),
         "domain_note": _domain_note(dataset_label),
     }
     environment = jinja2.Environment(
@@ -257,7 +259,11 @@ def _positions(config: VanillaTransformerConfig) -> str:
     if config.position_embedding_type == "learned":
         return f"learned ({config.max_position_embeddings} positions)"
     if config.position_embedding_type == "rope":
-        return f"rotary (theta {_format(config.rope_theta)})"
+        rope = config.rope_parameters
+        scaling = "" if rope["rope_type"] == "default" else f", {rope['rope_type']} scaling x{_format(rope['factor'])}"
+        return f"rotary (theta {_format(rope['rope_theta'])}{scaling})"
+    if config.position_embedding_type == "alibi":
+        return "ALiBi (linear biases on self-attention)"
     return "sinusoidal"
 
 

@@ -42,8 +42,20 @@ CHOICES = {
     "weight_init": WEIGHT_INITS,
     "residual_scaling": RESIDUAL_SCALINGS,
 }
+
+
+def json_object(text: str) -> dict:
+    """A dict flag, such as --rope_parameters '{"rope_type": "ntk", "factor": 4}'."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"{text!r} is not a JSON object")
+    return value
+
+
+json_object.__name__ = "JSON object"  # argparse names the type in its error: "invalid JSON object value: ..."
+
 # HfArgumentParser reads one type a flag (Optional[X] included); the config accepts ints where it wants floats
-FLAG_TYPES = {float | int: float}
+FLAG_TYPES = {float | int: float, dict | None: json_object}
 
 
 def config_field_help() -> dict[str, str]:

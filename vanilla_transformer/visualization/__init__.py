@@ -3,10 +3,11 @@
 from .attention import cross_attention_alignment, generation_cross_attentions, self_attention_heatmaps
 from .cli import add_plot_subcommand
 from .masks import attention_masks, mask_plots
-from .positions import learned_position_plot, positional_encoding_plots, rotary_distance_plot
+from .positions import alibi_bias_plot, learned_position_plot, positional_encoding_plots, rotary_distance_plot
 
 __all__ = [
     "add_plot_subcommand",
+    "alibi_bias_plot",
     "attention_masks",
     "cross_attention_alignment",
     "generation_cross_attentions",

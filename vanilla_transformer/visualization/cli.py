@@ -11,12 +11,14 @@ from ..inference.loading import MissingTokenizerError, load_config, load_model_f
 from .attention import STACKS, cross_attention_alignment, self_attention_heatmaps
 from .masks import mask_plots
 from .positions import (
+    ALIBI_HEADS,
     D_MODEL,
     DIMS,
     HEAD_DIM,
     LENGTH,
     MAX_DISTANCE,
     THETA,
+    alibi_bias_plot,
     learned_position_plot,
     positional_encoding_plots,
     rotary_distance_plot,
@@ -55,11 +57,13 @@ def add_plot_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
     attention.add_argument("--head", type=int, help="one head (default: all heads in a grid)")
     attention.set_defaults(func=_run_attention)
 
-    positions = kinds.add_parser("positions", help="sinusoidal or learned position encodings, or rotary decay")
+    positions = kinds.add_parser(
+        "positions", help="sinusoidal or learned position encodings, rotary decay, or ALiBi's penalties"
+    )
     common(positions, model_required=False)
     positions.add_argument(
         "--kind",
-        choices=("sinusoidal", "learned", "rope"),
+        choices=("sinusoidal", "learned", "rope", "alibi"),
         help="default: the model's position_embedding_type, or sinusoidal without --model",
     )
     positions.add_argument("--d-model", type=int, help=f"sinusoidal width (default: the model's, else {D_MODEL})")
@@ -73,7 +77,10 @@ def add_plot_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
     positions.add_argument("--max-positions", type=int, help="rows of a learned table to draw (default: all)")
     positions.add_argument("--head-dim", type=int, help=f"rotary head size (default: the model's, else {HEAD_DIM})")
     positions.add_argument("--theta", type=float, help=f"rotary base (default: the model's rope_theta, else {THETA:g})")
-    positions.add_argument("--max-distance", type=int, default=MAX_DISTANCE, help="largest relative distance (rotary)")
+    positions.add_argument(
+        "--max-distance", type=int, default=MAX_DISTANCE, help="largest relative distance (rotary, alibi)"
+    )
+    positions.add_argument("--heads", type=int, help=f"ALiBi heads (default: the model's, else {ALIBI_HEADS})")
     positions.set_defaults(func=_run_positions)
 
     masks = kinds.add_parser("masks", help="padding, causal and sliding-window masks of a batch")
@@ -154,8 +161,11 @@ def _run_positions(args: argparse.Namespace) -> int:
         result = learned_position_plot(model, args.output, max_positions=args.max_positions)
     elif kind == "rope":
         head_dim = args.head_dim or (config.d_model // config.encoder_attention_heads if config else HEAD_DIM)
-        theta = args.theta or (float(config.rope_theta) if config else THETA)
+        theta = args.theta or (float(config.rope_parameters["rope_theta"]) if config else THETA)
         result = rotary_distance_plot(args.output, head_dim=head_dim, theta=theta, max_distance=args.max_distance)
+    elif kind == "alibi":
+        heads = args.heads or (config.decoder_attention_heads if config else ALIBI_HEADS)
+        result = alibi_bias_plot(args.output, heads=heads, max_distance=args.max_distance)
     else:
         d_model = args.d_model or (config.d_model if config else D_MODEL)
         result = positional_encoding_plots(args.output, d_model=d_model, length=args.length, dims=args.dims)

@@ -1,4 +1,5 @@
-"""Pictures of position information: the sinusoidal encoding, learned position tables, rotary distance decay."""
+"""Pictures of position information: the sinusoidal encoding, learned position tables, rotary distance decay and
+ALiBi's penalties."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..positions import RotaryEmbedding, SinusoidalPositionalEncoding, apply_rotary
+from ..positions import LinearBiases, RotaryEmbedding, SinusoidalPositionalEncoding, apply_rotary
 from .rendering import Curves, Heatmap, Plot, render
 
 
@@ -30,6 +31,16 @@ class RotaryPlot(Plot):
     scores: dict[str, np.ndarray]
 
 
+@dataclass
+class AlibiPlot(Plot):
+    """`biases[h][d]`: head h's bias on a key `distances[d]` positions back; `attention[h][d]`: the weight a query
+    whose scores are all equal gives that key, softmax of the biases over the keys 0..max_distance back."""
+
+    distances: np.ndarray
+    biases: np.ndarray
+    attention: np.ndarray
+
+
 def _signed_heatmap(
     values: np.ndarray, bound: float = 1.0, *, title: str, x_title: str, y_title: str, colorbar: str
 ) -> Heatmap:
@@ -42,6 +53,7 @@ def _signed_heatmap(
 # defaults of the pictures and of `plot positions`
 D_MODEL, LENGTH, DIMS = 128, 100, (6, 7, 20, 40)
 HEAD_DIM, THETA, MAX_DISTANCE = 64, 10000.0, 512
+ALIBI_HEADS = 8
 
 
 def positional_encoding_plots(
@@ -185,3 +197,36 @@ def rotary_distance_plot(
     title = f"Rotary position embedding, head_dim={head_dim}, theta={theta:g}"
     figure, axes, path = render([curves, pairs], title, output_path, ncols=1)
     return RotaryPlot(figure, axes, path, distances, scores)
+
+
+def alibi_bias_plot(
+    output_path: str | Path | None, *, heads: int = ALIBI_HEADS, max_distance: int = MAX_DISTANCE
+) -> AlibiPlot:
+    """ALiBi's penalty on the attention scores, -m_h * d, for each head's slope m_h; and where a query with no
+    preference of its own would look: the steep heads attend to the last few tokens, the flat ones far back."""
+    if heads < 1 or max_distance < 1:
+        raise ValueError(f"heads and max_distance must be positive, got {heads} and {max_distance}.")
+    distances = np.arange(max_distance + 1)
+    # the decoder's last query over every key before it; flipped so that column d is d positions back
+    biases = LinearBiases(heads, causal=True)(max_distance, 1, torch.device("cpu"), torch.float64)[0, :, 0]
+    biases = biases.flip(-1)
+    attention = biases.softmax(-1).numpy()
+    biases = biases.numpy()
+    labels = [f"head {head} (m = 2^{math.log2(slope):g})" for head, slope in enumerate((-biases[:, 1]).tolist())]
+    penalties = Curves(
+        distances,
+        list(zip(labels, biases, strict=True)),
+        title="bias added to the score",
+        x_title="distance d (query position - key position)",
+        y_title="-m_h d",
+    )
+    weights = Curves(
+        distances,
+        list(zip(labels, attention, strict=True)),
+        title="attention when every score is equal",
+        x_title="distance d",
+        y_title="softmax weight",
+    )
+    title = f"ALiBi linear biases, {heads} heads"
+    figure, axes, path = render([penalties, weights], title, output_path, ncols=1)
+    return AlibiPlot(figure, axes, path, distances, biases, attention)
