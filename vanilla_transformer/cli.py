@@ -8,6 +8,7 @@ import yaml
 from huggingface_hub.errors import StrictDataclassError
 
 from .demo import add_demo_subcommand
+from .export import add_export_subcommand
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
 from .tokenization import add_tokenizer_subcommand
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_classify_subcommand(subcommands)
     add_translate_subcommand(subcommands)
     add_push_subcommand(subcommands)
+    add_export_subcommand(subcommands)
     add_plot_subcommand(subcommands)
     return parser
 

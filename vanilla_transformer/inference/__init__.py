@@ -1,6 +1,8 @@
-"""Inference: translating with a trained model (`translate`); loading model folders with errors naming the file."""
+"""Inference: translating (`translate`, int8, CTranslate2 exports); loading folders with errors naming the file."""
 
+from .ctranslate2_engine import load_ctranslate2
 from .loading import CorruptFileError, MissingTokenizerError, load_config, load_model_folder, load_tokenizer
+from .quantization import quantize_linear_layers
 from .translate import add_translate_subcommand, load_for_translation, run_translate, translate
 
 __all__ = [
@@ -8,9 +10,11 @@ __all__ = [
     "MissingTokenizerError",
     "add_translate_subcommand",
     "load_config",
+    "load_ctranslate2",
     "load_for_translation",
     "load_model_folder",
     "load_tokenizer",
+    "quantize_linear_layers",
     "run_translate",
     "translate",
 ]

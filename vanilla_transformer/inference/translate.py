@@ -22,7 +22,9 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..tokenization import iter_lines
+from .ctranslate2_engine import load_ctranslate2
 from .loading import load_model_folder, load_tokenizer
+from .quantization import QUANTIZATIONS, quantize_linear_layers
 
 DEFAULT_NUM_BEAMS = 5
 BATCH_SIZE = 32
@@ -33,6 +35,7 @@ DEFAULT_MAX_INPUT_TOKENS = 1024
 # its source in tokens (the paper: "maximum output length to input length + 50").
 EXTRA_OUTPUT_TOKENS = 50
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ENGINES = ("pytorch", "ctranslate2")
 
 
 def translate(
@@ -193,12 +196,14 @@ def load_for_translation(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     trust_remote_code: bool = False,
+    quantize: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a model and its tokenizer from a local folder or a Hub repo id, in eval mode, ready for `translate`.
 
     `device`: None takes "cuda" when available, else "cpu". `dtype`: None keeps the saved precision; else one of
     float32 / bfloat16 / float16 (name or torch dtype). `trust_remote_code=True` runs the code files the folder
     carries; it is not needed while this package is importable (it registers the classes with the Auto classes).
+    `quantize="int8"`: the linear layers run in int8 (torch's dynamic quantization; CPU only, float32 otherwise).
     A local folder with a file missing or corrupt, or a repo id that is neither reachable nor in the local cache,
     is an error naming the file or the repo at once (see `vanilla_transformer.inference.loading`).
     """
@@ -212,7 +217,10 @@ def load_for_translation(
     tokenizer = load_tokenizer(name_or_path, described_as="model", trust_remote_code=trust_remote_code)
     model_kwargs = {"dtype": dtype} if dtype is not None else {}
     model = load_model_folder(name_or_path, trust_remote_code=trust_remote_code, **model_kwargs)
-    return model.to(device).eval(), tokenizer
+    model = model.to(device).eval()
+    if quantize is not None:
+        model = quantize_linear_layers(model, quantize)
+    return model, tokenizer
 
 
 def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -237,6 +245,17 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default cuda when available")
     parser.add_argument("--dtype", choices=tuple(DTYPES), help="default the saved precision")
     parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        help="int8 linear layers (PyTorch: dynamic quantization, CPU; CTranslate2: compute type int8)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="pytorch",
+        help="pytorch: the model folder with generate(); ctranslate2: a folder from `export ctranslate2`",
+    )
+    parser.add_argument(
         "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
     )
     parser.set_defaults(func=run_translate)
@@ -256,7 +275,13 @@ def run_translate(args: argparse.Namespace) -> int:
                 names.append(f"{path}:{number}")
     else:
         texts, names = _read_stdin(), None
-    model, tokenizer = load_for_translation(args.model, args.device, args.dtype, args.trust_remote_code)
+    if args.engine == "ctranslate2":
+        compute_type = args.quantize or args.dtype or "default"
+        model, tokenizer = load_ctranslate2(args.model, args.device or "cpu", compute_type)
+    else:
+        model, tokenizer = load_for_translation(
+            args.model, args.device, args.dtype, args.trust_remote_code, args.quantize
+        )
     translations = _translate(
         model,
         tokenizer,

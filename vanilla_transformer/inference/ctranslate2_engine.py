@@ -1,0 +1,94 @@
+"""Translating with a CTranslate2 export of one of our folders (`vanilla-transformer export ctranslate2`).
+
+`load_ctranslate2` gives a model-like object whose `generate()` calls CTranslate2's `translate_batch`, so that
+`translate()` batches, orders and treats empty lines exactly as it does for the PyTorch model:
+
+```python
+from vanilla_transformer.inference import load_ctranslate2, translate
+
+model, tokenizer = load_ctranslate2("my-model-ct2", compute_type="int8")
+translate(model, tokenizer, ["Ein Hund rennt.", "", "Zwei Männer spielen Fußball."])
+```
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..export.ctranslate2_spec import MODEL_CONFIG_FILE
+from .loading import load_tokenizer
+
+
+class CTranslate2Model:
+    """What `translate()` asks of a model (config, generation_config, device, eval/train, generate), answered by a
+    `ctranslate2.Translator`."""
+
+    training = False
+
+    def __init__(self, translator, tokenizer: PreTrainedTokenizerBase, config, generation_config: GenerationConfig):
+        self.translator = translator
+        self.tokenizer = tokenizer
+        self.config = config
+        self.generation_config = generation_config
+        self.device = torch.device("cpu")
+
+    def eval(self) -> CTranslate2Model:
+        return self
+
+    def train(self, mode: bool = True) -> CTranslate2Model:
+        return self
+
+    def to(self, device) -> CTranslate2Model:
+        if torch.device(device).type != self.translator.device:
+            raise ValueError(f"this CTranslate2 model runs on {self.translator.device}: load it with device={device!r}")
+        return self
+
+    def generate(self, input_ids, attention_mask, num_beams=1, max_new_tokens=None, **kwargs) -> torch.Tensor:
+        """The decoder start token, the translation and `</s>` per sentence, padded: what generate() returns."""
+        # the tokenizer pads on its padding side: keep each row's real tokens, whichever side they sit on
+        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)]
+        settings = self.generation_config
+        limit = max_new_tokens or settings.max_length
+        results = self.translator.translate_batch(
+            [self.tokenizer.convert_ids_to_tokens(row) for row in rows],
+            beam_size=num_beams,
+            max_batch_size=len(rows),
+            max_decoding_length=limit,
+            length_penalty=settings.length_penalty if settings.length_penalty is not None else 1.0,
+            repetition_penalty=settings.repetition_penalty or 1.0,
+            no_repeat_ngram_size=settings.no_repeat_ngram_size or 0,
+        )
+        start, end, pad = self.config.decoder_start_token_id, self.config.eos_token_id, self.config.pad_token_id
+        outputs = [[start, *self.tokenizer.convert_tokens_to_ids(r.hypotheses[0]), end] for r in results]
+        width = max(len(output) for output in outputs)
+        return torch.tensor([output + [pad] * (width - len(output)) for output in outputs])
+
+
+def load_ctranslate2(
+    folder: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0
+) -> tuple[CTranslate2Model, PreTrainedTokenizerBase]:
+    """An exported folder's translator and tokenizer, ready for `translate`. `compute_type`: CTranslate2's ("default"
+    keeps the export's quantization; "int8", "float32", ...); `threads`: CPU threads (0: CTranslate2 chooses)."""
+    try:
+        import ctranslate2
+    except ImportError as error:
+        raise ImportError('The CTranslate2 engine needs ctranslate2: pip install "vanilla-transformer[ct2]"') from error
+    folder = Path(folder)
+    if not (folder / "model.bin").is_file() or not (folder / MODEL_CONFIG_FILE).is_file():
+        raise FileNotFoundError(
+            f"{folder} is no CTranslate2 export of ours (model.bin and {MODEL_CONFIG_FILE} expected): make one with "
+            "vanilla-transformer export ctranslate2 FOLDER OUTPUT"
+        )
+    tokenizer = load_tokenizer(folder, described_as="model")
+    config = VanillaTransformerConfig.from_dict(json.loads((folder / MODEL_CONFIG_FILE).read_text()))
+    generation_config = GenerationConfig.from_pretrained(folder)
+    translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type, intra_threads=threads)
+    return CTranslate2Model(translator, tokenizer, config, generation_config), tokenizer
+
+
+__all__ = ["CTranslate2Model", "load_ctranslate2"]
