@@ -93,15 +93,18 @@ class Row:
     def pair_ratios(self, numerator: str = "ours", denominator: str = "marian") -> list[float]:
         return [a / b for a, b in zip(self.samples[numerator], self.samples[denominator], strict=True)]
 
-    def ratio(self) -> float:
-        """Median of the per-pair ratios ours / Marian: drift that hits both members of a pair cancels."""
-        return statistics.median(self.pair_ratios())
+    def ratio(self, numerator: str = "ours") -> float:
+        """Median of the per-pair ratios `numerator` / Marian: drift that hits both members of a pair cancels."""
+        return statistics.median(self.pair_ratios(numerator))
 
-    def ratio_cell(self) -> str:
-        """The median ratio, with the range of the per-pair ratios when there are several pairs."""
-        ratios = self.pair_ratios()
+    def ratio_cell(self, numerator: str = "ours") -> str:
+        """The median ratio, with the range of the per-pair ratios when there are several pairs; empty when
+        `numerator` was not measured in this row."""
+        if numerator not in self.samples:
+            return ""
+        ratios = self.pair_ratios(numerator)
         spread = f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
-        return f"{self.ratio():.2f}{spread} ({'higher' if self.higher_is_better else 'lower'} is better)"
+        return f"{self.ratio(numerator):.2f}{spread} ({'higher' if self.higher_is_better else 'lower'} is better)"
 
 
 @dataclass
@@ -118,6 +121,8 @@ class Report:
     columns: dict[str, str]
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # candidate -> header of a ratio column, candidate / Marian
+    ratio_columns: dict[str, str] = field(default_factory=lambda: {"ours": "ours / Marian"})
 
 
 def format_value(value: float, unit: str) -> str:
@@ -131,7 +136,9 @@ def format_value(value: float, unit: str) -> str:
 def render_markdown(report: Report) -> str:
     machine = report.machine
     candidates = [name for name in report.columns if any(name in row.samples for row in report.rows)]
-    headers = ["Measurement", *(report.columns[name] for name in candidates), "ours / Marian"]
+    ratios = [name for name in report.ratio_columns if any(name in row.samples for row in report.rows)]
+    headers = ["Measurement", *(report.columns[name] for name in candidates)]
+    headers += [report.ratio_columns[name] for name in ratios]
     lines = [
         f"### {report.title}",
         "",
@@ -148,7 +155,8 @@ def render_markdown(report: Report) -> str:
     ]
     for row in report.rows:
         cells = [format_value(row.median(name), row.unit) if name in row.samples else "" for name in candidates]
-        lines.append(f"| {row.label} ({row.unit}) | " + " | ".join(cells) + f" | {row.ratio_cell()} |")
+        cells += [row.ratio_cell(name) for name in ratios]
+        lines.append(f"| {row.label} ({row.unit}) | " + " | ".join(cells) + " |")
     lines += ["", *(f"- {note}" for note in report.notes)]
     return "\n".join(lines)
 
@@ -168,6 +176,7 @@ def report_json(report: Report) -> dict:
                 "median": {name: row.median(name) for name in row.samples},
                 "ours_over_marian": row.ratio(),
                 "ours_over_marian_per_pair": row.pair_ratios(),
+                "over_marian": {name: row.ratio(name) for name in report.ratio_columns if name in row.samples},
             }
             for row in report.rows
         ],

@@ -2,6 +2,7 @@
 
     python -m benchmarks.multi30k --config configs/multi30k_en_de.yaml          # train, then score
     python -m benchmarks.multi30k --evaluate outputs/multi30k_en_de             # score a trained folder
+    python -m benchmarks.multi30k --evaluate outputs/multi30k_en_de --quantize int8   # ... with int8 linear layers
 
 The languages are the config's source_lang and target_lang (the training defaults, en and de, where it sets none),
 whether training or only scoring a folder; training flags given here (e.g. --seed 2) override the config.
@@ -29,13 +30,20 @@ def training_arguments(config: str, data: str, overrides: list[str]) -> tuple:
 
 
 def evaluate_folder(
-    folder: Path, data: str, source_lang: str, target_lang: str, split: str, num_beams: int, batch_size: int
+    folder: Path,
+    data: str,
+    source_lang: str,
+    target_lang: str,
+    split: str,
+    num_beams: int,
+    batch_size: int,
+    quantize: str | None = None,
 ) -> dict:
     from vanilla_transformer.inference.translate import load_for_translation, translate
     from vanilla_transformer.training.data import load_parallel
     from vanilla_transformer.training.evaluation import corpus_scores
 
-    model, tokenizer = load_for_translation(str(folder))
+    model, tokenizer = load_for_translation(str(folder), quantize=quantize)
     test = load_parallel(data, source_lang, target_lang, split)
     started = time.time()
     hypotheses = translate(model, tokenizer, list(test[source_lang]), num_beams=num_beams, batch_size=batch_size)
@@ -43,6 +51,7 @@ def evaluate_folder(
         "split": split,
         "sentences": len(hypotheses),
         "num_beams": num_beams,
+        "quantize": quantize,
         "translate_seconds": round(time.time() - started, 1),
         **{name: round(value, 2) for name, value in corpus_scores(hypotheses, list(test[target_lang])).items()},
     }
@@ -56,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--num-beams", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--quantize", choices=("int8",), help="score with int8 linear layers (translate --quantize)")
     args, train_overrides = parser.parse_known_args(argv)
 
     started = time.time()
@@ -68,7 +78,14 @@ def main(argv: list[str] | None = None) -> None:
         folder = Path(train_args.output_dir)
         print(json.dumps(results, indent=2))
     scores = evaluate_folder(
-        folder, args.data, data_args.source_lang, data_args.target_lang, args.split, args.num_beams, args.batch_size
+        folder,
+        args.data,
+        data_args.source_lang,
+        data_args.target_lang,
+        args.split,
+        args.num_beams,
+        args.batch_size,
+        args.quantize,
     )
     scores.update(folder=str(folder), wall_seconds=round(time.time() - started, 1), machine=machine_summary())
     print(json.dumps(scores, indent=2))

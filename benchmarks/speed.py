@@ -11,7 +11,10 @@ median of the per-pair ratios. Measured:
   * peak memory of each phase above the built model: on CPU the peak RSS increase in a fresh process per
     (model, phase); on CUDA torch.cuda.max_memory_allocated.
 
-With --ct2, CTranslate2's translate_batch on the same random-weight Marian (float32 and int8) is added.
+On the CPU in float32, generation is also measured with our model's linear layers in int8 (`ours int8`: torch's
+dynamic quantization, what `translate --quantize int8` does). With --ct2, CTranslate2's translate_batch is added on
+the same random-weight Marian converted by CTranslate2's own converter, and on our model exported by
+`vanilla-transformer export ctranslate2` (float32 and int8 each).
 
     python -m benchmarks.speed                      # defaults: about 3 minutes on 2 idle CPU cores
     python -m benchmarks.speed --ct2 --json speed.json
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import ctypes
 import gc
 import importlib.util
@@ -54,8 +58,15 @@ MEMORY_TRAIN_STEPS = 2  # the first step allocates AdamW's state, the second run
 MODEL_NAMES = ("ours", "marian")
 MODEL_LABELS = {"ours": "vanilla_transformer", "marian": "Marian (HF)"}
 CT2_COMPUTE_TYPES = ("float32", "int8")  # int8 is quantised from the float32 files when loading
-# the report's columns: the two models, then CTranslate2's translators (named "ct2 float32", "ct2 int8")
-COLUMNS = {**MODEL_LABELS, **{f"ct2 {kind}": f"CTranslate2 {kind}" for kind in CT2_COMPUTE_TYPES}}
+# the report's columns: the two models, ours in int8, then CTranslate2's translators of Marian ("ct2 float32") and of
+# our export ("ours ct2 float32")
+COLUMNS = {
+    **MODEL_LABELS,
+    "ours int8": "vanilla_transformer int8",
+    **{f"ct2 {kind}": f"CTranslate2 {kind} (Marian)" for kind in CT2_COMPUTE_TYPES},
+    **{f"ours ct2 {kind}": f"CTranslate2 {kind} (our export)" for kind in CT2_COMPUTE_TYPES},
+}
+RATIO_COLUMNS = {"ours": "ours / Marian", "ours int8": "ours int8 / Marian"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -404,7 +415,7 @@ def ct2_vocabulary(vocab_size: int) -> list[str]:
     return ["<blank>", "<s>", "</s>", "<unk>", *words, "<pad>"]
 
 
-def save_marian_with_tokenizer(model: torch.nn.Module, vocabulary: list[str], directory: str) -> None:
+def save_with_tokenizer(model: torch.nn.Module, vocabulary: list[str], directory: str) -> None:
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
@@ -420,24 +431,31 @@ def save_marian_with_tokenizer(model: torch.nn.Module, vocabulary: list[str], di
 
 
 def build_ct2_translators(args: argparse.Namespace) -> dict[str, object]:
-    """{"ct2 float32": Translator, "ct2 int8": Translator} of the same random-weight Marian as `build_marian`."""
+    """{"ct2 float32": Translator, "ct2 int8": Translator} of the same random-weight Marian as `build_marian`, and
+    {"ours ct2 float32", "ours ct2 int8"} of our random-weight model exported by `export ctranslate2`."""
     import ctranslate2
 
+    from vanilla_transformer.export import export_ctranslate2
+
     transformers.utils.logging.disable_progress_bar()
-    marian = build_model("marian", args).eval()
-    with tempfile.TemporaryDirectory() as hf_dir, tempfile.TemporaryDirectory() as ct2_dir:
-        save_marian_with_tokenizer(marian, ct2_vocabulary(args.vocab), hf_dir)
-        ctranslate2.converters.TransformersConverter(hf_dir).convert(ct2_dir, force=True)
-        return {
-            f"ct2 {compute_type}": ctranslate2.Translator(
-                ct2_dir,
-                device=args.device,
-                compute_type=compute_type,
-                inter_threads=1,
-                intra_threads=args.threads or torch.get_num_threads(),
-            )
-            for compute_type in CT2_COMPUTE_TYPES
-        }
+    translators = {}
+    for name in MODEL_NAMES:
+        prefix = "ours ct2" if name == "ours" else "ct2"
+        with tempfile.TemporaryDirectory() as hf_dir, tempfile.TemporaryDirectory() as ct2_dir:
+            save_with_tokenizer(build_model(name, args).eval(), ct2_vocabulary(args.vocab), hf_dir)
+            if name == "ours":
+                export_ctranslate2(hf_dir, ct2_dir, force=True)
+            else:
+                ctranslate2.converters.TransformersConverter(hf_dir).convert(ct2_dir, force=True)
+            for compute_type in CT2_COMPUTE_TYPES:
+                translators[f"{prefix} {compute_type}"] = ctranslate2.Translator(
+                    ct2_dir,
+                    device=args.device,
+                    compute_type=compute_type,
+                    inter_threads=1,
+                    intra_threads=args.threads or torch.get_num_threads(),
+                )
+    return translators
 
 
 def ct2_translate(translator, source: list[list[str]], args: argparse.Namespace, beam_size: int) -> None:
@@ -476,7 +494,8 @@ def ct2_measurements(args, workload: Workload) -> tuple[dict[str, dict[str, Call
     note = (
         "CTranslate2 runs the same random-weight Marian, converted with TransformersConverter (its Marian loader "
         f"drops the last vocabulary row, so it has {args.vocab - 1} tokens, and starts the decoder from a zero "
-        "embedding, as Marian does); int8 is quantised on load."
+        "embedding, as Marian does), and our random-weight model written by `export ctranslate2`; int8 is "
+        "quantised on load."
     )
     return measurements, note
 
@@ -509,11 +528,23 @@ def speed_rows(
     training = {name: training_measurement(model, workload, args) for name, model in models.items()}
     rows = [Row("Training", "tokens/s", True, alternate(training, args.pairs, args.warmup, "training"))]
     references, note = ct2_measurements(args, workload) if args.ct2 else ({}, None)
+    quantized = int8_model(models["ours"], args)
     for phase, beams, label in (("greedy", 1, "Greedy generate"), ("beam", args.beams, f"Beam {args.beams} generate")):
         measurements = {name: generation_measurement(model, workload, args, beams) for name, model in models.items()}
+        if quantized is not None:
+            measurements["ours int8"] = generation_measurement(quantized, workload, args, beams)
         measurements.update(references.get(phase, {}))
         rows.append(Row(label, "new tokens/s", True, alternate(measurements, args.pairs, args.warmup, phase)))
     return rows, [note] if note else []
+
+
+def int8_model(model: torch.nn.Module, args: argparse.Namespace) -> torch.nn.Module | None:
+    """A copy of our model with int8 linear layers (torch's dynamic quantization, CPU and float32 only), or None."""
+    if args.device != "cpu" or args.dtype != "float32":
+        return None
+    from vanilla_transformer.inference import quantize_linear_layers
+
+    return quantize_linear_layers(copy.deepcopy(model).eval())
 
 
 def memory_rows(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
@@ -553,6 +584,7 @@ def run_benchmark(args: argparse.Namespace) -> Report:
         title=f"vanilla_transformer vs MarianMTModel ({args.device}, {args.dtype})",
         setup=setup_lines(args, parameters),
         columns=COLUMNS,
+        ratio_columns=RATIO_COLUMNS,
     )
     log(f"parameters: {report.parameters}; threads {torch.get_num_threads()}")
     rows, notes = speed_rows(args, models, make_workload(args))

@@ -1,6 +1,7 @@
 """The benchmarks: the speed benchmark runs end to end at a toy size and reports what it measured; the Multi30k
 benchmark takes its languages from its config."""
 
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -22,8 +23,10 @@ TOY_SIZE = [
 
 def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
     report = tmp_path / "speed.json"
+    ct2 = importlib.util.find_spec("ctranslate2") is not None
     completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.speed", *TOY_SIZE, "--skip-memory", "--json", str(report)],
+        [sys.executable, "-m", "benchmarks.speed", *TOY_SIZE, "--skip-memory", "--json", str(report)]
+        + (["--ct2"] if ct2 else []),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -36,12 +39,22 @@ def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
         "| Greedy generate (new tokens/s)",
         "| Beam 5 generate (new tokens/s)",
     ]
+    headers = table[0].split(" | ")
+    assert "vanilla_transformer int8" in headers and headers[-2:] == ["ours / Marian", "ours int8 / Marian |"]
+    if ct2:
+        assert {"CTranslate2 int8 (Marian)", "CTranslate2 float32 (our export)"} <= set(headers)
     results = json.loads(report.read_text())
     for row in results["rows"]:
         assert len(row["samples"]["ours"]) == len(row["samples"]["marian"]) == 2
         ratios = [a / b for a, b in zip(row["samples"]["ours"], row["samples"]["marian"], strict=True)]
         assert row["ours_over_marian"] == pytest.approx(statistics.median(ratios))
         assert all(value > 0 for values in row["samples"].values() for value in values)
+        if "ours int8" in row["samples"]:
+            int8 = [a / b for a, b in zip(row["samples"]["ours int8"], row["samples"]["marian"], strict=True)]
+            assert row["over_marian"]["ours int8"] == pytest.approx(statistics.median(int8))
+    assert "ours int8" in results["rows"][1]["samples"] and "ours int8" not in results["rows"][0]["samples"]
+    if ct2:
+        assert {"ours ct2 float32", "ours ct2 int8", "ct2 float32"} <= set(results["rows"][2]["samples"])
 
 
 def test_peak_memory_of_a_phase_counts_what_the_phase_allocates():
@@ -73,7 +86,8 @@ def test_multi30k_trains_and_scores_in_the_languages_of_its_config(
         trained.append((data_args.source_lang, data_args.target_lang))
         return {}
 
-    def fake_evaluate_folder(folder, data, source_lang, target_lang, split, num_beams, batch_size):
+    def fake_evaluate_folder(folder, data, source_lang, target_lang, split, num_beams, batch_size, quantize):
+        assert quantize is None
         scored.append((source_lang, target_lang))
         return {"split": split, "num_beams": num_beams, "bleu_lowercased": 1.0, "bleu": 1.0, "chrf": 1.0}
 
