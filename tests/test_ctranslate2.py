@@ -214,7 +214,42 @@ def test_the_commands_export_and_translate_with_the_same_lines(trained_folder, t
     assert "is no CTranslate2 export of ours" in capsys.readouterr().err
 
 
-def test_without_ctranslate2_the_engine_names_the_extra(exported, monkeypatch):
+def test_without_ctranslate2_each_command_names_the_extra_in_one_line(exported, trained_folder, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
     with pytest.raises(ImportError, match=r'pip install "vanilla-transformer\[ct2\]"'):
         load_ctranslate2(exported)
+    source = exported / "source.txt"
+    source.write_text(HELD_OUT[0] + "\n")
+    for argv in (
+        ["export", "ctranslate2", str(trained_folder), str(exported.parent / "other")],
+        ["translate", "--engine", "ctranslate2", "--model", str(exported), "--input", str(source)],
+    ):
+        assert main(argv) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.endswith(
+            'CTranslate2 is not installed: pip install "vanilla-transformer[ct2]" (--debug shows the traceback)'
+        )
+        assert len(error.splitlines()) == 1
+
+
+def test_force_never_deletes_the_folder_it_exports(trained_folder, capsys):
+    for output in (trained_folder, trained_folder.parent):
+        assert main(["export", "ctranslate2", str(trained_folder), str(output), "--force"]) == 2
+        assert "holds the model folder" in capsys.readouterr().err
+    assert (trained_folder / "model.safetensors").is_file()
+
+
+def test_a_translation_that_ends_at_once_is_empty_in_both_engines(tokenizer, tmp_path):
+    """CTranslate2 forbids </s> as the first token unless told otherwise; generate() allows it."""
+    config = tiny_config(vocab_size=len(tokenizer))
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # tied: the embeddings too, so every logit is 0 ...
+        model.model.shared.weight[config.eos_token_id] = 1.0  # ... but </s>'s, which every output makes positive
+        for layer in (*model.model.encoder.layers, *model.model.decoder.layers):
+            layer.feed_forward.down_proj.bias.fill_(1.0)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    ours = translate(model, tokenizer, HELD_OUT[:3], num_beams=1, max_new_tokens=5)
+    engine, _ = load_ctranslate2(export_ctranslate2(tmp_path / "model", tmp_path / "ct2"))
+    assert ours == ["", "", ""] and translate(engine, tokenizer, HELD_OUT[:3], num_beams=1, max_new_tokens=5) == ours

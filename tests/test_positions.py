@@ -1,9 +1,12 @@
 """RoPE scaling for inputs longer than trained, and ALiBi's linear biases: parity with transformers' reference
 formulas, the behaviour each promises, and a trained model that reads 4x longer inputs better with NTK scaling."""
 
+import warnings
+
 import pytest
 import torch
 from helpers import random_tokens, tiny_config, tiny_model
+from huggingface_hub.errors import StrictDataclassError
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
@@ -69,6 +72,30 @@ def test_legacy_rope_keywords_are_read_into_rope_parameters():
     assert VanillaTransformerConfig(rope_theta=500.0).rope_parameters == {"rope_type": "default", "rope_theta": 500.0}
     config = VanillaTransformerConfig(position_embedding_type="rope", rope_scaling={"type": "linear", "factor": 2.0})
     assert (config.rope_parameters["rope_type"], config.rope_parameters["factor"]) == ("linear", 2.0)
+
+
+def test_a_trained_folder_takes_a_scaling_at_load_time_and_keeps_its_base(tmp_path):
+    model = tiny_model(tiny_config(position_embedding_type="rope", rope_parameters={"rope_theta": 500.0}))
+    model.save_pretrained(tmp_path)
+    load = VanillaTransformerForConditionalGeneration.from_pretrained
+    for scaling in (
+        {"rope_parameters": {"rope_type": "ntk", "factor": 4.0}},
+        {"rope_scaling": {"type": "ntk", "factor": 4.0}},
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # transformers' notice that rope_scaling is deprecated
+            loaded = load(tmp_path, **scaling)
+        rotary = loaded.model.encoder.rotary
+        assert (rotary.theta, rotary.rope_type, rotary.factor) == (500.0, "ntk", 4.0), scaling
+    bad = [
+        ({"rope_parameters": None}, "rope_parameters=None is invalid: rotary positions need the dict"),
+        ({"rope_parameters": {"rope_type": "default", "type": "ntk"}}, "'type' .* contradicts rope_type"),
+        ({"rope_parameters": {"rope_theta": "ten"}}, "rope_theta must be a positive number"),
+        ({"rope_parameters": {"rope_type": "ntk"}}, "rope_type 'ntk' needs a number factor >= 1"),
+    ]
+    for overrides, message in bad:
+        with pytest.raises(StrictDataclassError, match=message):
+            load(tmp_path, **overrides)
 
 
 def most_recent_marker(batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,6 +196,18 @@ def test_alibi_with_a_sliding_window_generates_the_same_with_and_without_cache()
     for beams in (1, 3):
         cached = model.generate(**kwargs, num_beams=beams)
         assert torch.equal(cached, model.generate(**kwargs, num_beams=beams, use_cache=False)), f"num_beams={beams}"
+
+
+def test_alibi_with_a_static_cache_generates_what_the_dynamic_cache_does():
+    model = tiny_model(tiny_config(position_embedding_type="alibi", num_key_value_heads=2))
+    kwargs = dict(input_ids=random_tokens(2, 7, seed=3), max_new_tokens=8, min_new_tokens=8)
+    for beams in (1, 3):
+        dynamic = model.generate(**kwargs, num_beams=beams)
+        assert torch.equal(model.generate(**kwargs, num_beams=beams, cache_implementation="static"), dynamic), beams
+    # a static sliding-window cache rolls its slots over, so the keys no longer sit at their positions
+    windowed = tiny_model(tiny_config(position_embedding_type="alibi", sliding_window=3))
+    with pytest.raises(ValueError, match="alibi' with sliding_window needs the dynamic cache"):
+        windowed.generate(**kwargs, cache_implementation="static")
 
 
 def test_alibi_refuses_an_attention_that_cannot_add_a_bias():

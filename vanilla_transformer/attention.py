@@ -87,6 +87,19 @@ class VanillaTransformerAttention(nn.Module):
             self.qkv_proj = nn.Linear(config.d_model, query_width + 2 * kv_width)
         self.o_proj = nn.Linear(query_width, config.d_model)
 
+    def _bias_over_keys(self, position_bias: torch.Tensor, keys: int) -> torch.Tensor:
+        """ALiBi's bias covers the keys 0 .. start + length - 1. A sliding-window cache keeps only the last of them; a
+        static cache holds max_cache_len slots, one per position, those past the query masked: their bias is 0."""
+        covered = position_bias.shape[-1]
+        if keys <= covered:
+            return position_bias[..., covered - keys :]
+        if self.config.sliding_window:
+            # a static sliding-window cache rolls its slots over: they no longer sit at their positions
+            raise ValueError(
+                "position_embedding_type='alibi' with sliding_window needs the dynamic cache, not a static one"
+            )
+        return nn.functional.pad(position_bias, (0, keys - covered))
+
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         # (batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)
         return states.unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
@@ -132,8 +145,7 @@ class VanillaTransformerAttention(nn.Module):
         else:
             query, key, value = self._self_attention_states(hidden_states, rotary, cache)
         if position_bias is not None:
-            # the bias covers every key so far; a sliding-window cache keeps only the last ones
-            kwargs["position_bias"] = position_bias[..., -key.shape[-2] :]
+            kwargs["position_bias"] = self._bias_over_keys(position_bias, key.shape[-2])
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward

@@ -9,6 +9,7 @@ from huggingface_hub.errors import StrictDataclassError
 
 from .demo import add_demo_subcommand
 from .export import add_export_subcommand
+from .export.ctranslate2_spec import MissingExtraError
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
 from .tokenization import add_tokenizer_subcommand
@@ -45,9 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # What a user's input can cause: bad values, files that are missing or unreadable, a broken YAML file, a config
-# field out of range; and a run whose model was saved but a step after it failed (its cause is chained for --debug).
+# field out of range; an optional extra not installed; and a run whose model was saved but a step after it failed (its
+# cause is chained for --debug).
 # Anything else is a bug in this package and keeps its traceback.
-USER_ERRORS = (ValueError, OSError, yaml.YAMLError, StrictDataclassError, RunEndedWithErrors)
+USER_ERRORS = (ValueError, OSError, yaml.YAMLError, StrictDataclassError, RunEndedWithErrors, MissingExtraError)
 DEBUG_VARIABLE = "VANILLA_TRANSFORMER_DEBUG"
 
 

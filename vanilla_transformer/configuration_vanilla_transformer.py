@@ -148,7 +148,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         if key == "rope_parameters" and isinstance(value, dict) and "rope_theta" not in value:
             trained = getattr(self, "rope_parameters", None) or {}
             if "rope_theta" in trained:
-                value = {"rope_type": "default", **value, "rope_theta": trained["rope_theta"]}
+                rope_type = value.get("rope_type", value.get("type", "default"))  # "type": the legacy name
+                value = {**value, "rope_type": rope_type, "rope_theta": trained["rope_theta"]}
         super().__setattr__(key, value)
 
     def validate_sizes(self):
@@ -221,8 +222,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
                         "rope",
                         f"rotary needs an even head size, d_model / {field} = {head_dim}",
                     )
+        if self.rope_parameters is None and self.position_embedding_type == "rope":
+            raise _invalid("rope_parameters", None, "rotary positions need the dict, at least {'rope_type': 'default'}")
         parameters = self.rope_parameters or {}
         rope_type = parameters.get("rope_type", "default")
+        if parameters.get("type", rope_type) != rope_type:
+            raise _invalid("rope_parameters", parameters, "'type' (the legacy name of rope_type) contradicts rope_type")
         if rope_type not in ROPE_TYPES:
             raise _invalid("rope_parameters", parameters, f"rope_type must be one of {', '.join(ROPE_TYPES)}")
         # "type" is the legacy name of rope_type, which transformers copies over
@@ -230,8 +235,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for key in sorted(parameters.keys() - known):
             allowed = f"{key!r} is no key of rope_type {rope_type!r}; its keys are {sorted(known)}"
             raise _invalid("rope_parameters", parameters, allowed)
-        if not parameters.get("rope_theta", 1) > 0:
-            raise _invalid("rope_parameters", parameters, "rope_theta must be positive")
+        theta = parameters.get("rope_theta", 1)
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise _invalid("rope_parameters", parameters, "rope_theta must be a positive number")
         if rope_type == "default":
             return
         if self.position_embedding_type != "rope":

@@ -25,6 +25,19 @@ MODEL_CONFIG_FILE = "vanilla_transformer_config.json"
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
+def import_ctranslate2():
+    """The optional `ctranslate2` package, or an error that names the extra to install."""
+    try:
+        import ctranslate2
+    except ImportError as error:
+        raise MissingExtraError('CTranslate2 is not installed: pip install "vanilla-transformer[ct2]"') from error
+    return ctranslate2
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is missing: the user's setup, not a bug (the command line prints it as one line)."""
+
+
 def unsupported_switches(config) -> list[str]:
     """The switches of `config` CTranslate2 has no equivalent for, each with its value and why."""
     problems = []
@@ -182,13 +195,16 @@ def export_ctranslate2(
 ) -> Path:
     """Write `folder` (a translation model folder or Hub repo with its tokenizer) as a CTranslate2 model in `output`,
     optionally quantized; the tokenizer, generation config and our config travel with it. Returns `output`."""
-    import ctranslate2
-
+    ctranslate2 = import_ctranslate2()
     from ..inference.loading import load_config, load_model_folder, load_tokenizer
 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     output = Path(output)
+    source = Path(folder).resolve()
+    if source.exists() and (output.resolve() == source or output.resolve() in source.parents):
+        # --force would delete the model it is about to read
+        raise ValueError(f"the output folder {output} holds the model folder {folder}: choose another output")
     if output.exists() and any(output.iterdir()) and not force:
         raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
     # the switches first: a refusal should not wait for the weights
@@ -237,4 +253,12 @@ def _run_export_ctranslate2(args) -> int:
     return 0
 
 
-__all__ = ["POSITION_TABLE_ROWS", "add_export_subcommand", "build_spec", "export_ctranslate2", "unsupported_switches"]
+__all__ = [
+    "POSITION_TABLE_ROWS",
+    "MissingExtraError",
+    "add_export_subcommand",
+    "build_spec",
+    "export_ctranslate2",
+    "import_ctranslate2",
+    "unsupported_switches",
+]

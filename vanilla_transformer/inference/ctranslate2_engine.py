@@ -20,7 +20,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..export.ctranslate2_spec import MODEL_CONFIG_FILE
+from ..export.ctranslate2_spec import MODEL_CONFIG_FILE, import_ctranslate2
 from .loading import load_tokenizer
 
 
@@ -53,12 +53,17 @@ class CTranslate2Model:
         # the tokenizer pads on its padding side: keep each row's real tokens, whichever side they sit on
         rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)]
         settings = self.generation_config
-        limit = max_new_tokens or settings.max_length
+        # max_length counts the decoder start token; CTranslate2's lengths do not
+        limit = max_new_tokens or settings.max_length - 1
         results = self.translator.translate_batch(
             [self.tokenizer.convert_ids_to_tokens(row) for row in rows],
             beam_size=num_beams,
             max_batch_size=len(rows),
             max_decoding_length=limit,
+            # as generate(): </s> may come first (CTranslate2's default minimum is 1), and translate() has already
+            # cut inputs to max_input_tokens (CTranslate2 would cut at 1024 by itself)
+            min_decoding_length=settings.min_new_tokens or 0,
+            max_input_length=0,
             length_penalty=settings.length_penalty if settings.length_penalty is not None else 1.0,
             repetition_penalty=settings.repetition_penalty or 1.0,
             no_repeat_ngram_size=settings.no_repeat_ngram_size or 0,
@@ -70,14 +75,12 @@ class CTranslate2Model:
 
 
 def load_ctranslate2(
-    folder: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0
+    folder: str | Path, device: str | None = None, compute_type: str = "default", threads: int = 0
 ) -> tuple[CTranslate2Model, PreTrainedTokenizerBase]:
-    """An exported folder's translator and tokenizer, ready for `translate`. `compute_type`: CTranslate2's ("default"
-    keeps the export's quantization; "int8", "float32", ...); `threads`: CPU threads (0: CTranslate2 chooses)."""
-    try:
-        import ctranslate2
-    except ImportError as error:
-        raise ImportError('The CTranslate2 engine needs ctranslate2: pip install "vanilla-transformer[ct2]"') from error
+    """An exported folder's translator and tokenizer, ready for `translate`. `device`: None takes "cuda" when
+    CTranslate2 sees a GPU, else "cpu"; `compute_type`: CTranslate2's ("default" keeps the export's quantization;
+    "int8", "float32", ...); `threads`: CPU threads (0: CTranslate2 chooses)."""
+    ctranslate2 = import_ctranslate2()
     folder = Path(folder)
     if not (folder / "model.bin").is_file() or not (folder / MODEL_CONFIG_FILE).is_file():
         raise FileNotFoundError(
@@ -87,6 +90,8 @@ def load_ctranslate2(
     tokenizer = load_tokenizer(folder, described_as="model")
     config = VanillaTransformerConfig.from_dict(json.loads((folder / MODEL_CONFIG_FILE).read_text()))
     generation_config = GenerationConfig.from_pretrained(folder)
+    if device is None:
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type, intra_threads=threads)
     return CTranslate2Model(translator, tokenizer, config, generation_config), tokenizer
 

@@ -212,7 +212,8 @@ def load_for_translation(
             raise ValueError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        # int8 dynamic quantization runs on the CPU only
+        device = "cuda" if torch.cuda.is_available() and quantize is None else "cpu"
     # the tokenizer first: its checks are quick, the weights may take a while to load
     tokenizer = load_tokenizer(name_or_path, described_as="model", trust_remote_code=trust_remote_code)
     model_kwargs = {"dtype": dtype} if dtype is not None else {}
@@ -242,7 +243,7 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
     parser.add_argument(
         "--batch-size", type=int, default=BATCH_SIZE, help=f"sentences per batch (default {BATCH_SIZE})"
     )
-    parser.add_argument("--device", choices=("cpu", "cuda"), help="default cuda when available")
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default cuda when available (cpu with --quantize)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), help="default the saved precision")
     parser.add_argument(
         "--quantize",
@@ -277,7 +278,7 @@ def run_translate(args: argparse.Namespace) -> int:
         texts, names = _read_stdin(), None
     if args.engine == "ctranslate2":
         compute_type = args.quantize or args.dtype or "default"
-        model, tokenizer = load_ctranslate2(args.model, args.device or "cpu", compute_type)
+        model, tokenizer = load_ctranslate2(args.model, args.device, compute_type)
     else:
         model, tokenizer = load_for_translation(
             args.model, args.device, args.dtype, args.trust_remote_code, args.quantize
