@@ -25,13 +25,22 @@ REFERENCES = [english for english, _ in SPLITS["test"]]
 INT8_BLEU_TOLERANCE = 1.0
 
 
+@pytest.fixture(autouse=True, scope="module")
+def two_threads():
+    """torch's rounding depends on its thread count, which other tests change: train and translate as measured."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return train_tokenizer([sentence for pair in SPLITS["train"] for sentence in pair], vocab_size=400)
 
 
 @pytest.fixture(scope="module")
-def trained_folder(tmp_path_factory, tokenizer):
+def trained_folder(tmp_path_factory, tokenizer, two_threads):
     """A small model trained for 300 steps (about 12 s on 2 cores) to translate the numbers almost perfectly."""
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
@@ -86,7 +95,23 @@ def test_the_export_translates_as_the_model_does_greedy_and_beam(trained_folder,
     model.generation_config.early_stopping = True
     for beams in (2, 4):
         ours = translate(model, tokenizer, HELD_OUT, num_beams=beams, max_new_tokens=24)
-        assert translate(engine, tokenizer, HELD_OUT, num_beams=beams, max_new_tokens=24) == ours, beams
+        theirs = translate(engine, tokenizer, HELD_OUT, num_beams=beams, max_new_tokens=24)
+        # Two engines round differently: where our own model scores two beams within rounding of each other, either
+        # may win (seen once, "thirty" against "thity", when the suite's other tests had changed torch's threads).
+        differ = [index for index, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+        assert len(differ) <= 1, (beams, [(ours[index], theirs[index]) for index in differ])
+        for index in differ:
+            scores = [
+                mean_log_probability(model, tokenizer, HELD_OUT[index], text) for text in (ours[index], theirs[index])
+            ]
+            assert abs(scores[0] - scores[1]) < 0.05, (beams, ours[index], theirs[index], scores)
+
+
+def mean_log_probability(model, tokenizer, source: str, translation: str) -> float:
+    """What beam search ranks by (length penalty 1): the translation's log-probability per token under `model`."""
+    labels = tokenizer([translation], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        return -model(**tokenizer([source], return_tensors="pt"), labels=labels).loss.item()
 
 
 @pytest.mark.parametrize("where", ["export", "load"])
