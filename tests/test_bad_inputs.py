@@ -80,7 +80,7 @@ from vanilla_transformer.training.data import load_parallel
             dict(rope_parameters={"rope_type": "dynamic", "factor": 2}),
             r"rope_type 'dynamic' scales rotary positions, which position_embedding_type='sinusoidal' does not use",
         ),
-        (dict(rope_parameters={"rope_theta": 0}), r"rope_parameters=.* is invalid: rope_theta must be positive"),
+        (dict(rope_parameters={"rope_theta": 0}), r"rope_parameters=.* is invalid: rope_theta must be a positive"),
         (
             dict(position_embedding_type="rope", rope_parameters={"rope_type": "linear", "factr": 2}),
             r"'factr' is no key of rope_type 'linear'; its keys are \['factor', 'rope_theta', 'rope_type', 'type'\]",
