@@ -51,6 +51,13 @@ def unsupported_switches(config) -> list[str]:
     return problems
 
 
+def check_expressible(config) -> None:
+    """A ValueError naming every switch of `config` that CTranslate2 cannot express."""
+    problems = unsupported_switches(config)
+    if problems:
+        raise ValueError("CTranslate2 cannot express " + "; ".join(problems))
+
+
 def _activation(config):
     from ctranslate2.specs import common_spec
 
@@ -155,9 +162,7 @@ def build_spec(model: VanillaTransformerForConditionalGeneration, tokenizer):
     from ctranslate2.specs import transformer_spec
 
     config = model.config
-    problems = unsupported_switches(config)
-    if problems:
-        raise ValueError("CTranslate2 cannot express " + "; ".join(problems))
+    check_expressible(config)
     rope = config.position_embedding_type == "rope"
     encoder = transformer_spec.TransformerEncoderSpec(
         config.encoder_layers, **_stack_options(config, config.encoder_attention_heads)
@@ -207,10 +212,7 @@ def export_ctranslate2(
         raise ValueError(f"the output folder {output} holds the model folder {folder}: choose another output")
     if output.exists() and any(output.iterdir()) and not force:
         raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
-    # the switches first: a refusal should not wait for the weights
-    problems = unsupported_switches(load_config(folder))
-    if problems:
-        raise ValueError("CTranslate2 cannot express " + "; ".join(problems))
+    check_expressible(load_config(folder))  # the switches first: a refusal should not wait for the weights
     tokenizer = load_tokenizer(folder, described_as="model")
     model = load_model_folder(folder).eval()
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
