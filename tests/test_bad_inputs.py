@@ -7,7 +7,9 @@ during training, while saving and at the end of a run. Data loading itself is in
 behaviour in test_model_behaviour.py; here is what goes wrong.
 """
 
+import argparse
 import io
+import itertools
 import json
 import re
 import shutil
@@ -16,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import datasets
 import pytest
@@ -39,7 +42,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.cli import main
+from vanilla_transformer.cli import build_parser, main
 from vanilla_transformer.hub import connection, hub_reachable, push_folder
 from vanilla_transformer.hub.push import missing_model_files
 from vanilla_transformer.inference import CorruptFileError, load_for_translation, load_tokenizer
@@ -717,6 +720,63 @@ def test_every_command_says_what_is_wrong_in_one_line(tmp_path, capsys, no_stdin
     assert message.replace("{tmp}", str(tmp_path)) in line, line
 
 
+def required_arguments(parser=None, path=()) -> Iterator[tuple[tuple[str, ...], list[str], list[str]]]:
+    """(subcommand path, required options, required positionals) of every command and command group of the CLI."""
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if path and action.required:
+                yield path, [], [action.dest]
+            for name, subparser in action.choices.items():
+                yield from required_arguments(subparser, (*path, name))
+            return
+    options = [action.option_strings[0] for action in parser._actions if action.option_strings and action.required]
+    positionals = [action.dest for action in parser._actions if not action.option_strings and action.nargs != "..."]
+    yield path, options, positionals
+
+
+def left_out_cases() -> Iterator[tuple[list[str], list[str]]]:
+    """Each command with each combination of its required arguments left out: (argv with placeholders, left out).
+    Positionals fill in order, so only trailing ones can be left out."""
+    for path, options, positionals in required_arguments():
+        for kept_positionals in range(len(positionals) + 1):
+            for kept_options in itertools.chain.from_iterable(
+                itertools.combinations(options, n) for n in range(len(options) + 1)
+            ):
+                left_out = [*(o for o in options if o not in kept_options), *positionals[kept_positionals:]]
+                if left_out:
+                    given = [*(["{tmp}/given"] * kept_positionals), *(a for o in kept_options for a in (o, "{tmp}/x"))]
+                    yield [*path, *given], left_out
+
+
+# Required only with another option: nothing argparse can check
+CONDITIONALLY_REQUIRED = [
+    (["plot", "positions", "--kind", "learned", "--output", "{tmp}/x.png"], ["--model"]),
+    (["plot", "masks", "--text", "a dog", "--output", "{tmp}/x.png"], ["--tokenizer", "--model"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "left_out"), [*left_out_cases(), *CONDITIONALLY_REQUIRED], ids=lambda value: "-".join(value)
+)
+def test_a_required_option_left_out_is_named_in_one_line(tmp_path, capsys, no_stdin, argv, left_out):
+    argv = [argument.replace("{tmp}", str(tmp_path)) for argument in argv]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"vanilla-transformer {argv[0]}") and ": error: " in lines[0], lines[0]
+    assert any(name in lines[0] for name in left_out), lines[0]
+
+
+def test_a_handler_that_exits_with_a_message_says_it_in_one_line(monkeypatch, capsys):
+    def exits(args):
+        raise SystemExit("the reason")
+
+    monkeypatch.setattr("vanilla_transformer.cli.run", exits)
+    assert main(["translate"]) == 2
+    assert error_line(capsys, "translate").endswith("error: the reason")
+
+
 @pytest.mark.parametrize("how", ["flag", "environment"])
 def test_debug_shows_the_traceback(tmp_path, monkeypatch, how):
     argv = ["train", "--config", str(tmp_path / "missing.yaml")]
@@ -825,7 +885,7 @@ def test_a_checkpoint_cut_short_by_sigkill_is_left_out_of_latest_and_named(corpu
 
 INTERRUPTED_AT_STEP_3 = """
 import os, signal, sys
-from vanilla_transformer.cli import main
+from vanilla_transformer.cli import build_parser, main
 from vanilla_transformer.training import TrainingRun
 
 train_step = TrainingRun.train_step

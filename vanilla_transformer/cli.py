@@ -64,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
     except SystemExit as exit:  # argparse's way out, after --help or its one-line error: a return code here too
-        return exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 2
+        if isinstance(exit.code, int) or exit.code is None:
+            return exit.code or 0
+        # `raise SystemExit("message")` prints its message when it ends the interpreter; here it must say it too
+        print(f"{command}: error: {one_line(Exception(exit.code))}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as interrupt:
         if debug:
             raise

@@ -157,7 +157,7 @@ def _run_positions(args: argparse.Namespace) -> int:
     kind = args.kind or (config.position_embedding_type if config is not None else "sinusoidal")
     if kind == "learned":
         if model is None:
-            raise SystemExit("plot positions --kind learned draws a model's table: pass --model FOLDER.")
+            raise ValueError("--kind learned draws the table of a model: pass --model FOLDER")
         result = learned_position_plot(model, args.output, max_positions=args.max_positions)
     elif kind == "rope":
         head_dim = args.head_dim or (config.d_model // config.encoder_attention_heads if config else HEAD_DIM)
@@ -179,7 +179,7 @@ def _run_masks(args: argparse.Namespace) -> int:
         sliding_window = load_config(str(args.model)).sliding_window
     if args.text:
         if not (args.tokenizer or args.model):
-            raise SystemExit("plot masks --text needs a tokenizer: pass --tokenizer FOLDER or --model FOLDER.")
+            raise ValueError("--text needs a tokenizer: pass --tokenizer FOLDER or --model FOLDER")
         tokenizer = _load_tokenizer(args)
         tokenizer.padding_side = args.padding_side
         encoded = tokenizer(args.text, padding=True, return_tensors="pt")
@@ -188,7 +188,7 @@ def _run_masks(args: argparse.Namespace) -> int:
     else:
         lengths = args.lengths or [8, 5]
         if min(lengths) < 1:
-            raise SystemExit(f"--lengths must be positive, got {lengths}.")
+            raise ValueError(f"--lengths must be positive, got {lengths}")
         longest = max(lengths)
         attention_mask = torch.zeros(len(lengths), longest, dtype=torch.long)
         for row, length in enumerate(lengths):
