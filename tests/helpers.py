@@ -28,6 +28,7 @@ MODEL_CODE_FILES = {
     "layers.py",
     "loss.py",
     "dropout.py",
+    "weight_files.py",
 }
 VOCAB = 40
 PAD, BOS, EOS = 0, 1, 2

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import datasets
 import pytest
@@ -40,8 +41,14 @@ from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
+from transformers.generation import utils as generation_utils
+from transformers.testing_utils import CaptureLogger
 
-from vanilla_transformer import VanillaTransformerConfig
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+)
 from vanilla_transformer.cli import build_parser, main
 from vanilla_transformer.hub import connection, hub_reachable, push_folder
 from vanilla_transformer.hub.push import missing_model_files
@@ -231,6 +238,16 @@ def test_bad_generate_options_name_the_option(model, options, message):
         model.generate(SOURCE, **{"max_new_tokens": 3, **options})
 
 
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_negative_pad_and_eos_ids_mean_never_stop_as_in_transformers(model, num_beams):
+    """transformers' generation tests (test_generate_continue_from_past_key_values) pass -1 for both: generate()
+    warns that it will run to the maximum length, and does."""
+    with CaptureLogger(generation_utils.logger) as logged:
+        ids = model.generate(SOURCE, max_new_tokens=6, pad_token_id=-1, eos_token_id=-1, num_beams=num_beams)
+    assert "eos_token_id` should consist of positive integers" in logged.out
+    assert ids.shape == (2, 7) and int(ids[:, 1:].min()) >= 0  # six new tokens of the vocabulary, no padding
+
+
 # ------------------------------------------------------------------ files: model folders, and the Hub offline
 
 # .invalid never resolves (RFC 2606), so the probe fails the same way with or without a network
@@ -399,6 +416,33 @@ def test_a_corrupt_model_safetensors_is_named(folder, damage):
         load_for_translation(folder, device="cpu")
     assert str(folder / "model.safetensors") in str(error.value)
     assert "save the model again or download it again" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "model_class",
+    [AutoModelForSeq2SeqLM, VanillaTransformerForConditionalGeneration, VanillaTransformerModel],
+    ids=lambda cls: cls.__name__,
+)
+@pytest.mark.parametrize(
+    "damage", [truncate, lambda path: path.write_bytes(b"\x00not safetensors" * 64)], ids=["truncated", "garbage"]
+)
+def test_from_pretrained_names_a_corrupt_weights_file_and_keeps_the_error_chained(folder, model_class, damage):
+    damage(folder / "model.safetensors")
+    with pytest.raises(CorruptFileError, match="corrupt or truncated") as error:
+        model_class.from_pretrained(folder)
+    assert str(error.value).startswith(f"{folder / 'model.safetensors'} is corrupt or truncated ("), error.value
+    assert type(error.value.__cause__).__name__ == "SafetensorError"
+
+
+def test_from_pretrained_names_the_one_corrupt_shard(saved_folder, tmp_path):
+    model = AutoModelForSeq2SeqLM.from_pretrained(saved_folder)
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    shards = sorted(tmp_path.glob("model-*.safetensors"))
+    assert len(shards) > 2
+    truncate(shards[1])
+    with pytest.raises(CorruptFileError) as error:
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert str(error.value).startswith(f"{shards[1]} is corrupt or truncated ("), error.value
 
 
 def test_a_missing_weight_shard_is_named(saved_folder, tmp_path):
@@ -694,6 +738,10 @@ def test_a_model_folder_that_does_not_exist_is_named_without_a_lecture_on_repo_i
         (["translate"], "the following arguments are required: --model"),
         (["tokenizer", "train", "--files", "{tmp}/nowhere.txt", "--output", "{tmp}/t"], "files not found"),
         (["tokenizer", "train", "--files", "{tmp}/empty.txt", "--output", "{tmp}/t"], "no text to train the tokenizer"),
+        (
+            ["tokenizer", "train", "--files", "{tmp}/empty.txt", "{tmp}/blank.txt", "--output", "{tmp}/t"],
+            "no text to train the tokenizer on: {tmp}/empty.txt, {tmp}/blank.txt hold nothing but empty or blank lines",
+        ),
         (["tokenizer", "train", "--files", "{tmp}/text.txt", "--output", "{tmp}/t", "--vocab-size", "10"], "vocab"),
         (["push", "{tmp}/nowhere", "--repo-id", "me/tiny"], "{tmp}/nowhere: no such folder"),
         (["push", "{tmp}", "--repo-id", "me/tiny"], "is not a complete model folder; missing: model.safetensors"),
@@ -711,6 +759,7 @@ def test_a_model_folder_that_does_not_exist_is_named_without_a_lecture_on_repo_i
 )
 def test_every_command_says_what_is_wrong_in_one_line(tmp_path, capsys, no_stdin, argv, message):
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "text.txt").write_text("a dog runs\n")
     argv = [argument.replace("{tmp}", str(tmp_path)) for argument in argv]
     assert main(argv) == 2
@@ -797,9 +846,91 @@ def test_a_corrupt_training_state_is_named_on_resume(corpus_folder, tmp_path):
     state = output / "checkpoints" / "step-2" / "training_state.json"
     assert json.loads(state.read_text())["step"] == 2  # our state is JSON, not a pickle
     state.write_text('{"step": 2, "epo')
-    resumed = TrainingRun(*tiny_arguments(corpus_folder, output, max_steps=4, resume_from_checkpoint="latest"))
-    with pytest.raises(ValueError, match=r"step-2/training_state.json is corrupt"):
-        resumed.run()
+    resumed = tiny_arguments(corpus_folder, output, max_steps=4, resume_from_checkpoint="latest")
+    with pytest.raises(ValueError, match=r"step-2/training_state.json is corrupt"), pytest.warns(UserWarning):
+        TrainingRun(*resumed).run()
+
+
+def train_with_checkpoints(corpus_folder, output, *flags) -> None:
+    """`vanilla-transformer train` of the tiny model for 4 steps into `output`, saving step-2 and step-4."""
+    argv = ["train", *tiny_train_flags(corpus_folder), "--output_dir", str(output), "--max_steps", "4"]
+    assert main([*argv, "--save_steps", "2", *flags]) == 0
+
+
+@pytest.fixture(scope="module")
+def trained_run(corpus_folder, tmp_path_factory):
+    output = tmp_path_factory.mktemp("checkpointed") / "run"
+    train_with_checkpoints(corpus_folder, output)
+    return output
+
+
+@pytest.fixture
+def run_copy(trained_run, tmp_path):
+    return Path(shutil.copytree(trained_run, tmp_path / "run"))
+
+
+def resume_argv(corpus_folder, output, checkpoint, *flags) -> list[str]:
+    return [
+        "train",
+        *tiny_train_flags(corpus_folder),
+        "--output_dir",
+        str(output),
+        "--max_steps",
+        "6",
+        "--save_steps",
+        "2",
+        "--resume_from_checkpoint",
+        str(checkpoint),
+        *flags,
+    ]
+
+
+DAMAGED_FILES = ["model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl", "config.json"]
+
+
+@pytest.mark.parametrize("damaged", DAMAGED_FILES)
+def test_latest_leaves_out_a_checkpoint_with_a_damaged_file_naming_it(corpus_folder, run_copy, capsys, damaged):
+    truncate(run_copy / "checkpoints" / "step-4" / damaged)
+    with pytest.warns(UserWarning, match=rf"checkpoint step-4 left out, it does not load: .*step-4/{damaged}"):
+        assert main(resume_argv(corpus_folder, run_copy, "latest")) == 0
+    assert "at step 2" in capsys.readouterr().out  # resumed from step-2, the newest that loads
+    assert json.loads((run_copy / "checkpoints" / "step-6" / "training_state.json").read_text())["step"] == 6
+
+
+@pytest.mark.parametrize("damaged", DAMAGED_FILES)
+def test_a_named_checkpoint_that_does_not_load_is_one_line_naming_the_file(
+    corpus_folder, run_copy, capsys, monkeypatch, damaged
+):
+    monkeypatch.setattr("vanilla_transformer.training.loop.prepare_corpus", lambda *_: pytest.fail("data loaded"))
+    checkpoint = run_copy / "checkpoints" / "step-4"
+    truncate(checkpoint / damaged)
+    assert main(resume_argv(corpus_folder, run_copy, checkpoint)) == 2
+    line = error_line(capsys, "train")
+    assert f"step-4/{damaged} is corrupt or truncated" in line, line
+
+
+def test_resuming_with_other_switches_names_each_before_anything_is_loaded(
+    corpus_folder, run_copy, capsys, monkeypatch
+):
+    monkeypatch.setattr("vanilla_transformer.training.loop.prepare_corpus", lambda *_: pytest.fail("data loaded"))
+    argv = resume_argv(corpus_folder, run_copy, "latest", "--d_model", "32", "--norm_placement", "pre")
+    assert main(argv) == 2
+    line = error_line(capsys, "train")
+    expected = "checkpoint step-4 was trained with d_model=16, norm_placement='post'; this run has d_model=32, "
+    assert expected + "norm_placement='pre'" in line, line
+
+
+def test_resuming_with_another_tokenizer_names_the_vocabulary_before_the_weights_load(
+    corpus_folder, run_copy, tmp_path, capsys, monkeypatch
+):
+    texts = (corpus_folder / "train.en").read_text().splitlines()
+    train_tokenizer(texts, vocab_size=280).save_pretrained(tmp_path / "other-tokenizer")
+    monkeypatch.setattr("accelerate.Accelerator.load_state", lambda *_: pytest.fail("weights loaded"))
+    argv = resume_argv(corpus_folder, run_copy, "latest", "--tokenizer", str(tmp_path / "other-tokenizer"))
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress of tokenizing
+    assert line.startswith("vanilla-transformer train: error: ")
+    assert "checkpoint step-4 was trained with vocab_size=" in line and "this run has vocab_size=" in line, line
 
 
 def test_a_checkpoint_from_before_the_json_state_resumes_and_a_doctored_one_runs_no_code(tmp_path):
@@ -918,10 +1049,6 @@ def test_ctrl_c_saves_the_step_it_stopped_at_and_the_run_resumes_from_it(corpus_
     results = TrainingRun(*parse_arguments([*flags, "--resume_from_checkpoint", "latest"])).run()
     assert results["train_steps"] == 6
     assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["step-3", "step-4", "step-6"]
-
-
-def truncate(path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def test_a_failed_average_at_the_end_keeps_the_last_steps_model_and_says_so(corpus_folder, tmp_path, monkeypatch):

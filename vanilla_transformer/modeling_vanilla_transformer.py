@@ -50,6 +50,7 @@ from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLay
 from .loss import label_smoothed_cross_entropy
 from .positions import build_absolute_positions, build_linear_biases, build_rotary, embedding_scale
 from .residual import AddAndNorm, build_norm
+from .weight_files import corrupt_weights_file, is_safetensors_error
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -318,6 +319,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         config.validate()
         super().__init__(config, *inputs, **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' own, with a truncated or garbage weights file named (safetensors' error names none); the
+        original error stays chained."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except Exception as error:
+            if not is_safetensors_error(error):
+                raise
+            hub_options = {name: kwargs[name] for name in ("cache_dir", "revision") if kwargs.get(name)}
+            where = (pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+            raise corrupt_weights_file(error, *where, **hub_options) from error
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers adds the saved class and AutoConfig to the auto_map the config already holds."""
         if self._auto_class is not None:
@@ -532,8 +546,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(generation_config, name, None)
             ids = value.tolist() if torch.is_tensor(value) else value
+            # a negative eos and pad id is transformers' "never stop", which it warns about and runs; the start
+            # token is the decoder's first input, always
+            lowest = 0 if name == "decoder_start_token_id" else -float("inf")
             for token_id in ids if isinstance(ids, list) else [ids]:
-                if token_id is not None and not 0 <= token_id < vocab_size:
+                if token_id is not None and not lowest <= token_id < vocab_size:
                     raise ValueError(f"{name}={token_id} is outside the vocabulary [0, {vocab_size})")
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):

@@ -71,7 +71,10 @@ def train_tokenizer(
             f"vocab_size={vocab_size} leaves no room for subwords: the vocabulary holds {len(SPECIAL_TOKENS)} special "
             f"and {len(BYTE_TOKENS)} byte tokens first, so it must be larger than {reserved}"
         )
-    texts = _NonBlankCount(_training_texts(files_or_iterator))
+    if isinstance(files_or_iterator, (str, os.PathLike)):
+        files_or_iterator = [files_or_iterator]
+    files = _training_files(files_or_iterator)
+    texts = _NonBlankCount(_lines_of(files) if files else files_or_iterator)
     tokenizer = Tokenizer(models.BPE(unk_token=UNK, byte_fallback=True))
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), *([normalizers.Lowercase()] if lowercase else [])])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
@@ -87,7 +90,10 @@ def train_tokenizer(
     )
     tokenizer.train_from_iterator(texts, trainer)
     if not texts.count:
-        raise ValueError("no text to train the tokenizer on: the files or sentences given are empty or blank")
+        given = (
+            f"{', '.join(map(str, files))} {'holds' if len(files) == 1 else 'hold'}" if files else "the sentences are"
+        )
+        raise ValueError(f"no text to train the tokenizer on: {given} nothing but empty or blank lines")
 
     # Training registers every trainer special token as an added token, which would match the literal text
     # "<0x41>" and be dropped by `skip_special_tokens`: keep the byte tokens as ordinary vocabulary entries.
@@ -120,17 +126,16 @@ def with_sentence_start(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokeniz
     return tokenizer
 
 
-def _training_texts(files_or_iterator) -> Iterable[str]:
-    if isinstance(files_or_iterator, (str, os.PathLike)):
-        files_or_iterator = [files_or_iterator]
+def _training_files(files_or_iterator) -> list[str | os.PathLike]:
+    """The files to train on, checked to exist, or [] when `files_or_iterator` holds sentences."""
     if isinstance(files_or_iterator, (list, tuple)) and files_or_iterator:
         first = files_or_iterator[0]
         if isinstance(first, os.PathLike) or os.path.isfile(first):
             missing = [str(path) for path in files_or_iterator if not os.path.isfile(path)]
             if missing:
                 raise FileNotFoundError(f"tokenizer training files not found: {', '.join(missing)}")
-            return _lines_of(files_or_iterator)
-    return files_or_iterator
+            return list(files_or_iterator)
+    return []
 
 
 class _NonBlankCount:

@@ -28,20 +28,12 @@ from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHT
 
 from ..hub.connection import from_pretrained_or_cache
 from ..hub.push import HUB_ID, TOKENIZER_VOCABULARIES
+from ..weight_files import CorruptFileError
 
 TOKENIZER_FILE = "tokenizer.json"
 _TOKENIZER_JSON_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 _SAVE_MODEL_AGAIN = "save the model again or download it again"
 _SAVE_TOKENIZER_AGAIN = "save the tokenizer again (tokenizer.save_pretrained) or download it again"
-
-
-class CorruptFileError(ValueError):
-    """A file of a model folder that cannot be read: truncated, overwritten, or not the format its name says."""
-
-    def __init__(self, culprit: str | Path, error: BaseException | str, remedy: str):
-        self.culprit = culprit
-        reason = " ".join(str(error).split()) or type(error).__name__
-        super().__init__(f"{culprit} is corrupt or truncated ({reason}): {remedy}")
 
 
 class MissingTokenizerError(FileNotFoundError):
@@ -57,9 +49,10 @@ def load_model_folder(
     if folder is None:
         try:
             return from_pretrained_or_cache(model_class, str(name_or_path), "model", **kwargs)
-        except SafetensorError as error:  # a file of the Hub cache, cut short by an interrupted download, say
+        except CorruptFileError as error:  # a file of the Hub cache, cut short by an interrupted download, say
             remedy = "download it again with from_pretrained(..., force_download=True)"
-            raise CorruptFileError(f"a weights file of {name_or_path} in the Hub cache", error, remedy) from error
+            culprit = f"a weights file of {name_or_path} in the Hub cache"
+            raise CorruptFileError(culprit, f"{error.culprit}: {error.reason}", remedy) from error
     check_config_file(folder)
     check_weight_files(folder)
     return model_class.from_pretrained(folder, **kwargs)

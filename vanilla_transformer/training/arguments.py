@@ -23,12 +23,9 @@ from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
 
 # Config fields that are not switches: the tokenizer decides the vocabulary and the special ids, what the model is
 # (an encoder-decoder that caches while generating) is no choice, and the classifiers' head is not a translator's.
+TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 NOT_FLAGS = (
-    "vocab_size",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "decoder_start_token_id",
+    *TOKENIZER_FIELDS,
     "use_cache",
     "is_encoder_decoder",
     "classifier_pooling",
@@ -95,7 +92,7 @@ def config_switches() -> list[tuple[str, type, dataclasses.Field]]:
 def build_config(self, tokenizer, **fields) -> VanillaTransformerConfig:
     """The model config: these switches, with the vocabulary and special ids of `tokenizer` (and `fields`, such as a
     classifier's labels)."""
-    switches = {name: getattr(self, name) for name, _, _ in config_switches()}
+    switches = {name: getattr(self, name) for name in switch_names()}
     return VanillaTransformerConfig(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
@@ -107,10 +104,19 @@ def build_config(self, tokenizer, **fields) -> VanillaTransformerConfig:
     )
 
 
+def switch_config(self) -> VanillaTransformerConfig:
+    """The config of these switches alone: the vocabulary comes from the tokenizer later, so the config's default
+    one stands in."""
+    return VanillaTransformerConfig(**{name: getattr(self, name) for name in switch_names()})
+
+
+def switch_names() -> list[str]:
+    return [name for name, _, _ in config_switches()]
+
+
 def check_switches(self) -> None:
-    """The config's own validation, when the flags are parsed rather than after the data is loaded: the vocabulary
-    comes from the tokenizer later, so the config's default one stands in."""
-    VanillaTransformerConfig(**{name: getattr(self, name) for name, _, _ in config_switches()})
+    """The config's own validation, when the flags are parsed rather than after the data is loaded."""
+    self.switch_config()
 
 
 # Derived from the config, so that every switch is a flag with the config's default and meaning.
@@ -127,6 +133,7 @@ ModelArguments = dataclasses.make_dataclass(
     namespace={
         "__doc__": "The model switches: every VanillaTransformerConfig field that the tokenizer does not decide.",
         "build_config": build_config,
+        "switch_config": switch_config,
         "__post_init__": check_switches,
     },
 )

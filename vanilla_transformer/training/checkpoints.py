@@ -4,12 +4,16 @@ import json
 import re
 import shutil
 import warnings
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers.utils import SAFE_WEIGHTS_NAME
+from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
+
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..inference.loading import CorruptFileError, check_weight_files
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
 # a checkpoint being written, renamed to step-N when complete
@@ -18,6 +22,9 @@ PARTIAL_PATTERN = re.compile(r"^\.step-(\d+)\.partial$")
 # weights_only=False, which runs whatever code a doctored checkpoint carries
 TRAINING_STATE = "training_state.json"
 LEGACY_TRAINING_STATE = "custom_checkpoint_0.pkl"
+# what Accelerate's save_state writes with torch.save (optimizer.bin, scheduler.bin, random_states_0.pkl): zip archives
+TORCH_ARCHIVES = ("*.bin", "*.pkl")
+_RESUME_ANOTHER = "resume from another checkpoint (--resume_from_checkpoint FOLDER), or delete this one"
 
 
 @dataclass
@@ -78,9 +85,21 @@ def partial_folder(folder: Path) -> Path:
     return folder.with_name(f".{folder.name}.partial")
 
 
+def replace_folder(complete: Path, folder: Path) -> None:
+    """Rename `complete` to `folder`. A `folder` already there is a later step of the timeline a resume went back
+    from (one that did not load, say), which this run has now saved again: it goes, after the new one is in place."""
+    superseded = folder.with_name(f".{folder.name}.superseded")
+    if folder.exists():
+        shutil.rmtree(superseded, ignore_errors=True)
+        folder.rename(superseded)
+    complete.rename(folder)
+    shutil.rmtree(superseded, ignore_errors=True)
+
+
 def resolve_resume(root: Path, requested: str | None) -> Path | None:
-    """The checkpoint to resume from: `requested` itself, or with "latest" the newest complete one under `root` (an
-    incomplete one, from a save that was cut short, is named in a warning and left out)."""
+    """The checkpoint to resume from, checked to load (`check_checkpoint`): `requested` itself, or with "latest" the
+    newest one under `root` that loads. An incomplete one, from a save that was cut short, and one that does not load
+    (a file damaged or cut short after it was saved) are named in a warning and left out."""
     if not requested:
         return None
     if requested == "latest":
@@ -95,7 +114,15 @@ def resolve_resume(root: Path, requested: str | None) -> Path | None:
         folders = checkpoint_folders(root)
         if not folders:
             raise FileNotFoundError(f"--resume_from_checkpoint latest: no checkpoint under {root}")
-        return folders[-1]
+        faults = []
+        for folder in reversed(folders):
+            try:
+                check_checkpoint(folder)
+                return folder
+            except (ValueError, OSError) as error:
+                faults.append(error)
+                warnings.warn(f"checkpoint {folder.name} left out, it does not load: {error}", stacklevel=2)
+        raise ValueError(f"--resume_from_checkpoint latest: no checkpoint under {root} loads; the newest: {faults[0]}")
     path = Path(requested)
     if not path.is_dir():
         raise FileNotFoundError(f"--resume_from_checkpoint {requested}: no such checkpoint folder")
@@ -104,7 +131,44 @@ def resolve_resume(root: Path, requested: str | None) -> Path | None:
             f"--resume_from_checkpoint {requested}: not a training checkpoint (no {TRAINING_STATE}); checkpoints are "
             f"the step-N folders under OUTPUT/{root.name}, or pass latest"
         )
+    check_checkpoint(path)
     return path
+
+
+def check_checkpoint(folder: Path) -> None:
+    """Raise, naming the file, if a file of the checkpoint `folder` would not load: the weights (their header covers
+    the file), the archives torch.save wrote (their directory, at the end, is there), the training state and the
+    config. Only headers and directories are read, not the tensors."""
+    check_weight_files(folder)
+    for path in sorted(path for pattern in TORCH_ARCHIVES for path in folder.glob(pattern)):
+        try:
+            with zipfile.ZipFile(path):
+                pass
+        except zipfile.BadZipFile as error:
+            raise CorruptFileError(path, error, _RESUME_ANOTHER) from error
+    TrainingState().load(folder)
+    if (folder / CONFIG_NAME).is_file():
+        try:
+            json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+        except ValueError as error:
+            raise CorruptFileError(folder / CONFIG_NAME, error, _RESUME_ANOTHER) from error
+
+
+def check_same_model(checkpoint: Path, config: VanillaTransformerConfig, fields: list[str]) -> None:
+    """A resumed run must build the model its checkpoint holds: refuse, naming each of `fields` whose value in the
+    checkpoint's config differs from `config`'s, before the weights are loaded into a model of other shapes. A
+    checkpoint saved before checkpoints carried their config is not checked."""
+    if not (checkpoint / CONFIG_NAME).is_file():
+        return
+    saved = VanillaTransformerConfig.from_json_file(checkpoint / CONFIG_NAME)
+    differing = [name for name in fields if getattr(saved, name) != getattr(config, name)]
+    if differing:
+        then = ", ".join(f"{name}={getattr(saved, name)!r}" for name in differing)
+        now = ", ".join(f"{name}={getattr(config, name)!r}" for name in differing)
+        raise ValueError(
+            f"checkpoint {checkpoint.name} was trained with {then}; this run has {now}: resume with the checkpoint's "
+            "switches, or start a new run"
+        )
 
 
 def prune(root: Path, keep: int) -> None:

@@ -19,10 +19,20 @@ from accelerate.utils import set_seed
 from huggingface_hub import get_token
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
+from transformers.utils import CONFIG_NAME
 
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .arguments import DataArguments, ModelArguments, TrainArguments
-from .checkpoints import TrainingState, average_weights, checkpoint_folders, partial_folder, prune, resolve_resume
+from .arguments import TOKENIZER_FIELDS, DataArguments, ModelArguments, TrainArguments, switch_names
+from .checkpoints import (
+    TrainingState,
+    average_weights,
+    check_same_model,
+    checkpoint_folders,
+    partial_folder,
+    prune,
+    replace_folder,
+    resolve_resume,
+)
 from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
 from .data import seq2seq_collator, sequence_lengths, token_budget_batches
@@ -177,6 +187,8 @@ class TrainingRun:
         # every process, so that all of them stop
         check_output_folder(self.output_dir, bool(train_args.resume_from_checkpoint), train_args.overwrite_output_dir)
         self.resume_folder = resolve_resume(self.checkpoint_root, train_args.resume_from_checkpoint)
+        if self.resume_folder is not None:
+            check_same_model(self.resume_folder, model_args.switch_config(), switch_names())
         if self.accelerator.is_main_process:
             clear_earlier_run(self.output_dir, train_args)
         self.accelerator.wait_for_everyone()
@@ -185,6 +197,8 @@ class TrainingRun:
         self.corpus: Corpus = corpus or prepare_corpus(data_args)
         self.tokenizer = self.corpus.tokenizer
         self.model = build_model(model_args, self.tokenizer, train_args.seed)
+        if self.resume_folder is not None:  # what the tokenizer decides, known now
+            check_same_model(self.resume_folder, self.model.config, TOKENIZER_FIELDS)
         # saved with every folder (best and final), so that generate() decodes as the run evaluated
         self.model.generation_config = GenerationConfig(
             num_beams=train_args.num_beams,
@@ -266,7 +280,9 @@ class TrainingRun:
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             self.state.save(partial)
-            partial.rename(folder)
+            # the model's switches, which a resumed run is checked against before it loads the weights
+            self.unwrapped.config.to_json_file(partial / CONFIG_NAME)
+            replace_folder(partial, folder)
             prune(self.checkpoint_root, max(self.args.save_total_limit, self.args.average_last_checkpoints))
         self.accelerator.wait_for_everyone()
 
