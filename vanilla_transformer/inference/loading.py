@@ -116,9 +116,10 @@ def check_config_file(folder: Path) -> None:
     _read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
 
 
-def check_weight_files(folder: Path) -> None:
+def check_weight_files(folder: Path, remedy: str = _SAVE_MODEL_AGAIN) -> None:
     """The weights are there: model.safetensors, or the shards its index names, each with a readable header that
-    covers the whole file (a truncated file fails here, at the cost of reading its header), or a PyTorch .bin."""
+    covers the whole file (a truncated file fails here, at the cost of reading its header), or a PyTorch .bin.
+    `remedy` ends the message of a corrupt file."""
     index_file = folder / SAFE_WEIGHTS_INDEX_NAME
     if index_file.is_file():
         index = _read_json(index_file, _SAVE_MODEL_AGAIN)
@@ -146,7 +147,7 @@ def check_weight_files(folder: Path) -> None:
             with safe_open(folder / shard, framework="pt"):
                 pass
         except SafetensorError as error:
-            raise CorruptFileError(folder / shard, error, _SAVE_MODEL_AGAIN) from error
+            raise CorruptFileError(folder / shard, error, remedy) from error
 
 
 def check_tokenizer_files(folder: Path) -> None:

@@ -139,7 +139,7 @@ def check_checkpoint(folder: Path) -> None:
     """Raise, naming the file, if a file of the checkpoint `folder` would not load: the weights (their header covers
     the file), the archives torch.save wrote (their directory, at the end, is there), the training state and the
     config. Only headers and directories are read, not the tensors."""
-    check_weight_files(folder)
+    check_weight_files(folder, remedy=_RESUME_ANOTHER)
     for path in sorted(path for pattern in TORCH_ARCHIVES for path in folder.glob(pattern)):
         try:
             with zipfile.ZipFile(path):
