@@ -40,7 +40,7 @@ def evaluate_folder(
     quantize: str | None = None,
 ) -> dict:
     from vanilla_transformer.inference.translate import load_for_translation, translate
-    from vanilla_transformer.training.data import load_parallel
+    from vanilla_transformer.training.corpus import load_parallel
     from vanilla_transformer.training.evaluation import corpus_scores
 
     model, tokenizer = load_for_translation(str(folder), quantize=quantize)

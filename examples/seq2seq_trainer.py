@@ -48,7 +48,7 @@ from transformers import (
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
 from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.training.data import load_parallel
+from vanilla_transformer.training.corpus import load_parallel
 from vanilla_transformer.training.evaluation import corpus_scores
 
 

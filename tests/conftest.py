@@ -1,3 +1,10 @@
+import os
+import tempfile
+
+# Prepared corpora (and datasets' own cache) go to a folder of this test session, in this process and the ones it
+# starts: a cache left by an earlier session or by the first CI pass would let preparation go untested.
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="vanilla-transformer-tests-datasets-")
+
 from pathlib import Path
 
 import pytest

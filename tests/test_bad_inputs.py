@@ -57,8 +57,7 @@ from vanilla_transformer.tokenization import read_lines, train_tokenizer
 from vanilla_transformer.training import RunEndedWithErrors, TrainingRun, parse_arguments
 from vanilla_transformer.training.arguments import DataArguments
 from vanilla_transformer.training.checkpoints import TrainingState
-from vanilla_transformer.training.corpus import obtain_tokenizer
-from vanilla_transformer.training.data import load_parallel
+from vanilla_transformer.training.corpus import load_parallel, obtain_tokenizer
 
 # ---------------------------------------------------------------------------------------------------------- config
 

@@ -10,13 +10,9 @@ import pytest
 from helpers import DE, EN, write_jsonl, write_lines
 
 from vanilla_transformer.tokenization import read_lines, train_tokenizer
-from vanilla_transformer.training.data import (
-    filter_by_length,
-    load_parallel,
-    seq2seq_collator,
-    sequence_lengths,
-    token_budget_batches,
-)
+from vanilla_transformer.training.arguments import DataArguments
+from vanilla_transformer.training.batches import seq2seq_collator, sequence_lengths, token_budget_batches
+from vanilla_transformer.training.corpus import load_parallel, tokenize
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 
@@ -118,20 +114,25 @@ def test_hub_multi30k():
     assert validation.column_names == ["en", "de"] and validation.num_rows == 1014
 
 
-def test_filter_by_length_keeps_pairs_within_bounds():
-    pairs = [([1] * 3, [1] * 3), ([1] * 5, [1] * 2), ([], [1]), ([1] * 2, [1] * 6), ([1], [1] * 4)]
-    dataset = datasets.Dataset.from_dict({"input_ids": [p[0] for p in pairs], "labels": [p[1] for p in pairs]})
+def test_training_pairs_over_a_length_limit_are_left_out_and_evaluation_pairs_cut_at_it():
+    tokenizer = train_tokenizer(EN + DE, vocab_size=300)
+    pairs = datasets.Dataset.from_dict({"en": ["a b", "a " * 20, "a", "a b c"], "de": ["a", "a", "a " * 20, "a b"]})
+    lengths = sequence_lengths(tokenize(pairs, tokenizer, DataArguments(), keep_text=False))
+    source_limit, target_limit = max(lengths[0][0], lengths[3][0]), max(lengths[0][1], lengths[3][1])
+    assert lengths[1][0] > source_limit and lengths[2][1] > target_limit  # pair 1's source, pair 2's target too long
+    limits = DataArguments(max_source_length=source_limit, max_target_length=target_limit)
+    kept = tokenize(pairs, tokenizer, limits, keep_text=False)
+    assert kept.column_names == ["input_ids", "labels"]
+    assert sequence_lengths(kept) == [lengths[0], lengths[3]]
+    evaluated = tokenize(pairs, tokenizer, limits, keep_text=True)
+    assert evaluated.column_names == ["en", "de", "input_ids", "labels"] and evaluated["en"] == pairs["en"]
+    assert sequence_lengths(evaluated) == [(min(s, source_limit), min(t, target_limit)) for s, t in lengths]
+    assert all(ids[-1] == tokenizer.eos_token_id for ids in evaluated["input_ids"])  # </s> kept when cut
 
-    def kept_pairs(**bounds):
-        kept = filter_by_length(dataset, **bounds)
-        return list(zip(kept["input_ids"], kept["labels"], strict=True))
 
-    assert kept_pairs(max_len=4) == [pairs[0], pairs[4]]
-    assert kept_pairs(max_len=6, min_len=2) == [pairs[0], pairs[1], pairs[3]]
-    reordered = dataset.select([4, 3, 2, 1, 0])
-    kept = filter_by_length(reordered, max_len=4)
-    assert kept["input_ids"][:] == [pairs[4][0], pairs[0][0]] and kept["labels"][:] == [pairs[4][1], pairs[0][1]]
-    assert sequence_lengths(reordered) == [(1, 4), (2, 6), (0, 1), (5, 2), (3, 3)]
+def test_sequence_lengths_follow_the_row_order():
+    dataset = datasets.Dataset.from_dict({"input_ids": [[1] * 3, [1] * 5, []], "labels": [[1], [1] * 2, [1] * 4]})
+    assert sequence_lengths(dataset.select([2, 0, 1])) == [(0, 4), (3, 1), (5, 2)]
 
 
 def check_batches(batches, sizes, max_tokens):

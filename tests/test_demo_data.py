@@ -11,7 +11,7 @@ from vanilla_transformer.demo.number_words import (
     write_parallel_folder,
 )
 from vanilla_transformer.tokenization import read_lines
-from vanilla_transformer.training.data import load_parallel
+from vanilla_transformer.training.corpus import load_parallel
 
 GERMAN = {
     0: "null",

@@ -161,9 +161,21 @@ class DataArguments:
     max_source_length: int = 128
     max_target_length: int = 128
     max_eval_samples: int | None = field(default=None, metadata={"help": "translate at most this many for BLEU"})
+    tokenizer_sample_sentences: int = field(
+        default=3_000_000,
+        metadata={"help": "train the tokenizer on at most this many sentences, pairs drawn at random from train"},
+    )
+    tokenizer_sample_seed: int = field(
+        default=0, metadata={"help": "the seed of that draw (not --seed, so that runs of other seeds share a corpus)"}
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "where prepared corpora are kept (default: HF_DATASETS_CACHE/vanilla_transformer)"},
+    )
 
     def __post_init__(self):
         check_at_least(self, 1, "vocab_size", "max_source_length", "max_target_length", "max_eval_samples")
+        check_at_least(self, 2, "tokenizer_sample_sentences")
         if self.source_lang == self.target_lang:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}: name two languages")
 
@@ -200,6 +212,10 @@ class TrainArguments:
     )
     max_tokens: int = field(default=4096, metadata={"help": "token budget of one micro-batch per process"})
     gradient_accumulation_steps: int = 1
+    dataloader_num_workers: int = field(
+        default=1, metadata={"help": "processes that collate micro-batches ahead of the step (0: the training loop)"}
+    )
+    dataloader_prefetch_factor: int = field(default=4, metadata={"help": "micro-batches each worker keeps ready"})
     learning_rate: float | None = field(
         default=None, metadata={"help": "peak learning rate; default d_model^-0.5 * warmup_steps^-0.5 (the paper)"}
     )
@@ -265,13 +281,23 @@ class TrainArguments:
             "max_steps",
             "max_tokens",
             "gradient_accumulation_steps",
+            "dataloader_prefetch_factor",
             "logging_steps",
             "average_last_checkpoints",
             "num_beams",
             "max_new_tokens",
             "eval_batch_size",
         )
-        check_at_least(self, 0, "warmup_steps", "eval_steps", "save_steps", "save_total_limit", "max_grad_norm")
+        check_at_least(
+            self,
+            0,
+            "dataloader_num_workers",
+            "warmup_steps",
+            "eval_steps",
+            "save_steps",
+            "save_total_limit",
+            "max_grad_norm",
+        )
         check_at_least(self, 0, "weight_decay", "adam_beta1", "adam_beta2")
         check_positive(self, "learning_rate", "max_train_minutes", "adam_epsilon")
         for name in ("adam_beta1", "adam_beta2"):

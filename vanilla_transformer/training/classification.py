@@ -32,7 +32,7 @@ from ..inference.loading import load_tokenizer
 from ..modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ..tokenization import VOCAB_SIZE, train_tokenizer, with_sentence_start
 from .arguments import ModelArguments, TrainArgumentParser, check_at_least, check_positive
-from .data import read_records
+from .corpus import read_records
 from .output_folder import check_output_folder
 
 # a split's file in a dataset folder: train.tsv, validation.csv.gz, test.jsonl ...

@@ -4,7 +4,7 @@ import sacrebleu
 import torch
 
 from ..inference.translate import translate
-from .data import sequence_lengths, token_budget_batches
+from .batches import sequence_lengths, token_budget_batches
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, float]:

@@ -23,6 +23,7 @@ from transformers.utils import CONFIG_NAME
 
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .arguments import TOKENIZER_FIELDS, DataArguments, ModelArguments, TrainArguments, switch_names
+from .batches import BatchPlan, OwnMicroBatches, length_array, micro_batch_loader, seq2seq_collator
 from .checkpoints import (
     TrainingState,
     average_weights,
@@ -35,7 +36,6 @@ from .checkpoints import (
 )
 from .corpus import Corpus, prepare_corpus
 from .cpu_memory import keep_freed_memory
-from .data import seq2seq_collator, sequence_lengths, token_budget_batches
 from .evaluation import translation_scores, validation_loss
 from .output_folder import (
     BEST,
@@ -60,32 +60,6 @@ def _quiet_shared_tensor_warning():
         yield
     finally:
         accelerate_logger.setLevel(level)
-
-
-class BatchPlan:
-    """The order of micro-batches, a pure function of the seed: epoch e is the token-budget batching of the
-    training set shuffled with seed + e. A position (epoch, index) is all a checkpoint needs to resume."""
-
-    def __init__(self, lengths: list[tuple[int, int]], max_tokens: int, seed: int):
-        self.lengths, self.max_tokens, self.seed = lengths, max_tokens, seed
-        self._epoch, self._batches = None, None
-
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        if epoch != self._epoch:
-            self._epoch = epoch
-            self._batches = token_budget_batches(self.lengths, self.max_tokens, shuffle_seed=self.seed + epoch)
-        return self._batches
-
-    def take(self, epoch: int, index: int, count: int) -> tuple[list[list[int]], int, int]:
-        taken = []
-        while len(taken) < count:
-            batches = self.epoch_batches(epoch)
-            if index >= len(batches):
-                epoch, index = epoch + 1, 0
-                continue
-            taken.append(batches[index])
-            index += 1
-        return taken, epoch, index
 
 
 def build_model(model_args: ModelArguments, tokenizer, seed: int) -> VanillaTransformerForConditionalGeneration:
@@ -194,7 +168,7 @@ class TrainingRun:
         self.accelerator.wait_for_everyone()
         if train_args.keep_freed_cpu_memory and self.accelerator.device.type == "cpu":
             keep_freed_memory()
-        self.corpus: Corpus = corpus or prepare_corpus(data_args)
+        self.corpus: Corpus = corpus or self.prepare_corpus()
         self.tokenizer = self.corpus.tokenizer
         self.model = build_model(model_args, self.tokenizer, train_args.seed)
         if self.resume_folder is not None:  # what the tokenizer decides, known now
@@ -208,7 +182,9 @@ class TrainingRun:
             pad_token_id=self.model.config.pad_token_id,
             decoder_start_token_id=self.model.config.decoder_start_token_id,
         )
-        self.collator = seq2seq_collator(self.tokenizer, model=self.model)
+        # the model shifts the labels into decoder inputs itself: the collator, which runs in the data loader's
+        # workers, needs no model
+        self.collator = seq2seq_collator(self.tokenizer)
         optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=train_args.peak_learning_rate(self.model.config.d_model),
@@ -219,7 +195,9 @@ class TrainingRun:
         self.state = TrainingState()
         scheduler = build_scheduler(optimizer, train_args, self.state)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
-        self.plan = BatchPlan(sequence_lengths(self.corpus.train), train_args.max_tokens, train_args.seed)
+        self.plan = BatchPlan(length_array(self.corpus.train), train_args.max_tokens, train_args.seed)
+        self.micro_batches = None  # the data loader's iterator, started where the run starts (or resumes)
+        self.data_wait = 0.0  # seconds the loop waited for micro-batches, since the last log line
         if tensorboard:
             self.accelerator.init_trackers("train", config=self.hyperparameters())
 
@@ -231,9 +209,47 @@ class TrainingRun:
         values = {**vars(self.model_args), **vars(self.data_args), **vars(self.args)}
         return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in values.items()}
 
-    def micro_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        examples = [self.corpus.train[i] for i in indices]
-        return {name: value.to(self.accelerator.device) for name, value in self.collator(examples).items()}
+    def prepare_corpus(self) -> Corpus:
+        """The main process prepares the corpus (or finds it in the cache) while the others wait, then they map the
+        same folder. Should it fail, the others are let go too, and fail preparing it themselves."""
+        accelerator = self.accelerator
+        if not accelerator.is_main_process:
+            accelerator.wait_for_everyone()
+        try:
+            corpus = prepare_corpus(self.data_args)
+        finally:
+            if accelerator.is_main_process:
+                accelerator.wait_for_everyone()
+        accelerator.print(f"corpus: {corpus.folder}" if corpus.folder else "corpus: in memory")
+        return corpus
+
+    def start_micro_batches(self) -> None:
+        """The data loader from the run's position on: its workers collate the micro-batches ahead of the steps."""
+        sampler = OwnMicroBatches(
+            self.plan,
+            self.state.epoch,
+            self.state.batch_in_epoch,
+            self.accelerator.num_processes,
+            self.accelerator.process_index,
+            self.args.gradient_accumulation_steps,
+        )
+        on_gpu = self.accelerator.device.type == "cuda"
+        loader = micro_batch_loader(
+            self.corpus.train,
+            self.collator,
+            sampler,
+            self.args.dataloader_num_workers,
+            self.args.dataloader_prefetch_factor,
+            pin_memory=on_gpu,
+        )
+        self.micro_batches = iter(loader)
+
+    def micro_batch(self) -> dict[str, torch.Tensor]:
+        """The next micro-batch of this process, on the device; the time spent waiting for it is counted."""
+        waited = time.perf_counter()
+        batch = next(self.micro_batches)
+        self.data_wait += time.perf_counter() - waited
+        return {name: value.to(self.accelerator.device, non_blocking=True) for name, value in batch.items()}
 
     def train_step(self) -> tuple[float, int]:
         """One optimizer step over world_size x accumulation micro-batches; returns (mean token loss, tokens)."""
@@ -243,11 +259,11 @@ class TrainingRun:
         )
         # every process knows the whole step's batches, so it knows the step's target-token count without
         # communicating; DDP averages gradients over processes, hence the factor `processes`
-        step_tokens = sum(self.plan.lengths[i][1] for batch in batches for i in batch)
+        step_tokens = self.plan.target_tokens(batches)
         own_batches = batches[self.accelerator.process_index :: processes]
         step_loss, seen_tokens = 0.0, 0
-        for position, indices in enumerate(own_batches):
-            batch = self.micro_batch(indices)
+        for position in range(len(own_batches)):
+            batch = self.micro_batch()  # the loader's sampler walks the same plan: these are own_batches
             last = position == len(own_batches) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
                 loss = self.model(**batch, num_items_in_batch=step_tokens / processes).loss
@@ -360,8 +376,12 @@ class TrainingRun:
         carried, launched = self.state.train_seconds, self.clock()
         # with several processes each gets the signal at its own moment, and they must stop at the same step
         interrupt = InterruptBetweenSteps(enabled=self.accelerator.num_processes == 1)
-        with interrupt:
-            self.train_until_done(progress, carried, launched, interrupt)
+        self.start_micro_batches()
+        try:
+            with interrupt:
+                self.train_until_done(progress, carried, launched, interrupt)
+        finally:
+            self.micro_batches = None  # stops the loader's workers
         progress.close()
         self.state.train_seconds = self.training_seconds(carried, launched)
         if interrupt.requested:
@@ -377,7 +397,7 @@ class TrainingRun:
         return self.finish()
 
     def train_until_done(self, progress: tqdm, carried: float, launched: float, interrupt) -> None:
-        window_tokens, window_start = 0, time.time()
+        window_tokens, window_start, self.data_wait = 0, time.time(), 0.0
         while self.state.step < self.args.max_steps and not interrupt.requested:
             # read before the step: the scheduler sets the next step's learning rate from it
             self.state.train_seconds = self.training_seconds(carried, launched)
@@ -389,18 +409,19 @@ class TrainingRun:
             window_tokens += tokens
             self.advance(progress)
             if self.state.step % self.args.logging_steps == 0 or self.state.step == self.args.max_steps:
-                rate = window_tokens / max(time.time() - window_start, 1e-9)
+                elapsed = max(time.time() - window_start, 1e-9)
+                rate, data_wait = window_tokens / elapsed, self.data_wait / elapsed
                 learning_rate = self.scheduler.get_last_lr()[0]
                 progress.set_postfix(
                     step=f"{self.state.step}/{self.args.max_steps}",
                     loss=f"{loss:.3f}",
                     lr=f"{learning_rate:.2e}",
                     tok_s=f"{rate:,.0f}",
+                    data_wait=f"{data_wait:.0%}",  # of the time: how much the steps waited for micro-batches
                 )
-                self.accelerator.log(
-                    {"train/loss": loss, "train/lr": learning_rate, "train/tokens_per_s": rate}, step=self.state.step
-                )
-                window_tokens, window_start = 0, time.time()
+                logged = {"train/loss": loss, "train/lr": learning_rate, "train/tokens_per_s": rate}
+                self.accelerator.log({**logged, "train/data_wait": data_wait}, step=self.state.step)
+                window_tokens, window_start, self.data_wait = 0, time.time(), 0.0
             if self.args.save_steps > 0 and self.state.step % self.args.save_steps == 0:
                 self.save_checkpoint()
             if self.args.eval_steps > 0 and self.state.step % self.args.eval_steps == 0:
