@@ -13,7 +13,7 @@ from .export.ctranslate2_spec import MissingExtraError
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
 from .tokenization import add_tokenizer_subcommand
-from .training import RunEndedWithErrors, add_train_subcommand, run_train
+from .training import RunEndedWithErrors, add_prepare_subcommand, add_train_subcommand, run_prepare, run_train
 from .training.arguments import OneLineErrors
 from .training.classification import add_classify_subcommand, run_classify
 from .visualization import add_plot_subcommand
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     subcommands = parser.add_subparsers(dest="command")
     add_demo_subcommand(subcommands)
     add_tokenizer_subcommand(subcommands)
+    add_prepare_subcommand(subcommands)
     add_train_subcommand(subcommands)
     add_classify_subcommand(subcommands)
     add_translate_subcommand(subcommands)
@@ -93,6 +94,8 @@ def run(argv: list[str]) -> int:
     if argv[:1] == ["train"]:
         # HfArgumentParser owns the train flags (and --config files); argparse would mangle them here
         return run_train(argv[1:])
+    if argv[:1] == ["prepare"]:
+        return run_prepare(argv[1:])
     if argv[:1] == ["classify"]:
         return run_classify(argv[1:])
     parser = build_parser()

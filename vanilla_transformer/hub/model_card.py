@@ -77,6 +77,9 @@ class ModelCardResults:
     bleu: float | None = _score("sacreBLEU (cased, 13a)", "sacrebleu")
     bleu_lowercased: float | None = _score("BLEU4 (lowercased, 13a-tokenized)", "bleu")
     chrf: float | None = _score("chrF", "chrf")
+    bleu_compound_split: float | None = _score(
+        "BLEU (Moses-tokenized, compounds split: the paper's WMT14 scoring)", "bleu"
+    )
 
     steps: int | None = _training("optimizer steps")
     max_tokens: int | None = _training("tokens per micro-batch and process (source + target)")

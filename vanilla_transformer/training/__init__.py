@@ -3,6 +3,7 @@
 import argparse
 
 from .arguments import DataArguments, ModelArguments, TrainArguments, parse_arguments
+from .corpus import prepare_corpus
 from .loop import RunEndedWithErrors, TrainingInterrupted, TrainingRun, train
 
 
@@ -15,6 +16,31 @@ def add_train_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("arguments", nargs=argparse.REMAINDER)
     parser.set_defaults(func=lambda args: run_train(args.arguments))
     return parser
+
+
+def add_prepare_subcommand(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "prepare",
+        help="prepare a corpus once (read, train the tokenizer, tokenize, cache) for later train runs: train's flags",
+        add_help=False,
+    )
+    parser.add_argument("arguments", nargs=argparse.REMAINDER)
+    parser.set_defaults(func=lambda args: run_prepare(args.arguments))
+    return parser
+
+
+def run_prepare(argv: list[str]) -> int:
+    """What `train` does with its data flags before training, alone: a cluster's CPU job prepares, then the GPU jobs
+    given the same flags (or --dataset FOLDER) map the folder."""
+    _, data_args, _ = parse_arguments(argv, command="prepare")
+    corpus = prepare_corpus(data_args)
+    splits = ", ".join(
+        f"{name} {dataset.num_rows:,} pairs"
+        for name, dataset in (("train", corpus.train), ("validation", corpus.validation), ("test", corpus.test))
+        if dataset is not None
+    )
+    print(f"prepared {corpus.folder} ({splits}; a tokenizer of {len(corpus.tokenizer):,} tokens)")
+    return 0
 
 
 def run_train(argv: list[str]) -> int:
@@ -31,7 +57,10 @@ __all__ = [
     "TrainArguments",
     "TrainingInterrupted",
     "TrainingRun",
+    "add_prepare_subcommand",
     "add_train_subcommand",
     "parse_arguments",
+    "prepare_corpus",
+    "run_prepare",
     "train",
 ]

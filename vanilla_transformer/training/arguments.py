@@ -212,6 +212,13 @@ class TrainArguments:
     )
     max_tokens: int = field(default=4096, metadata={"help": "token budget of one micro-batch per process"})
     gradient_accumulation_steps: int = 1
+    tokens_per_step: int | None = field(
+        default=None,
+        metadata={
+            "help": "tokens of an optimizer step on any number of processes (the paper: 25000): a process's budget "
+            "becomes min(max_tokens, tokens_per_step / processes), its accumulation what makes up the rest"
+        },
+    )
     dataloader_num_workers: int = field(
         default=1, metadata={"help": "processes that collate micro-batches ahead of the step (0: the training loop)"}
     )
@@ -260,7 +267,16 @@ class TrainArguments:
         metadata={"help": "train into a non-empty output_dir: an earlier run's checkpoints and best model there go"},
     )
     num_beams: int = 5
-    max_new_tokens: int = 128
+    max_new_tokens: int | None = field(
+        default=128, metadata={"help": "new tokens at most; null (in a --config file): source length + 50, the paper's"}
+    )
+    length_penalty: float = field(
+        default=1.0, metadata={"help": "beam search scores divided by length ** this (the paper: 0.6)"}
+    )
+    compound_split_bleu: bool = field(
+        default=False,
+        metadata={"help": "also score tokenized BLEU with compounds split, as the paper's WMT14 table (.[wmt])"},
+    )
     eval_batch_size: int = 64
     push_to_hub: bool = field(default=False, metadata={"help": "publish the output folder at the end"})
     hub_repo_id: str | None = None
@@ -299,7 +315,12 @@ class TrainArguments:
             "max_grad_norm",
         )
         check_at_least(self, 0, "weight_decay", "adam_beta1", "adam_beta2")
-        check_positive(self, "learning_rate", "max_train_minutes", "adam_epsilon")
+        check_positive(self, "learning_rate", "max_train_minutes", "adam_epsilon", "tokens_per_step")
+        if self.tokens_per_step is not None and self.gradient_accumulation_steps != 1:
+            raise ValueError(
+                f"tokens_per_step={self.tokens_per_step} derives the gradient accumulation: leave "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} out"
+            )
         for name in ("adam_beta1", "adam_beta2"):
             if not getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be below 1")
@@ -332,6 +353,14 @@ class TrainArguments:
     @property
     def max_train_seconds(self) -> float | None:
         return None if self.max_train_minutes is None else 60.0 * self.max_train_minutes
+
+    def micro_batches_for(self, processes: int) -> tuple[int, int]:
+        """(max_tokens, gradient_accumulation_steps) of each process: as given, or, with `tokens_per_step`, a budget
+        of min(max_tokens, tokens_per_step / processes) and as many micro-batches as make up the step's tokens."""
+        if self.tokens_per_step is None:
+            return self.max_tokens, self.gradient_accumulation_steps
+        budget = min(self.max_tokens, -(-self.tokens_per_step // processes))
+        return budget, -(-self.tokens_per_step // (budget * processes))
 
     def peak_learning_rate(self, d_model: int) -> float:
         if self.learning_rate is not None:
@@ -367,15 +396,18 @@ class TrainArgumentParser(OneLineErrors, HfArgumentParser):
     pass
 
 
-def argument_parser() -> HfArgumentParser:
-    parser = TrainArgumentParser(ARGUMENT_CLASSES, prog="vanilla-transformer train")
+def argument_parser(command: str = "train") -> HfArgumentParser:
+    parser = TrainArgumentParser(ARGUMENT_CLASSES, prog=f"vanilla-transformer {command}")
     parser.add_argument("--config", help="a YAML or JSON file of arguments")
     return parser
 
 
-def parse_arguments(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
-    """`--config FILE` gives the defaults; any other flag overrides them. Unknown keys in the file are an error."""
-    parser = argument_parser()
+def parse_arguments(
+    argv: list[str] | None = None, command: str = "train"
+) -> tuple[ModelArguments, DataArguments, TrainArguments]:
+    """`--config FILE` gives the defaults; any other flag overrides them. Unknown keys in the file are an error.
+    `command` names the command in the errors (`prepare` reads train's arguments too)."""
+    parser = argument_parser(command)
     known, _ = parser.parse_known_args(argv)
     if known.config:
         values = read_config_file(known.config)

@@ -40,6 +40,7 @@ class TrainingState:
     # training seconds so far (launches before a resume included), and those the warm-up took
     train_seconds: float = 0.0
     warmup_seconds: float = 0.0
+    train_tokens: int = 0  # source and target tokens trained on, all processes
 
     def state_dict(self) -> dict:
         return asdict(self)

@@ -158,6 +158,9 @@ class TrainingRun:
             log_with="tensorboard" if tensorboard else None,
             project_dir=str(self.output_dir / "logs") if tensorboard else None,
         )
+        # derived from tokens_per_step for this many processes, if it is set (again from the same arguments: the same)
+        budget = train_args.micro_batches_for(self.accelerator.num_processes)
+        train_args.max_tokens, train_args.gradient_accumulation_steps = budget
         # every process, so that all of them stop
         check_output_folder(self.output_dir, bool(train_args.resume_from_checkpoint), train_args.overwrite_output_dir)
         self.resume_folder = resolve_resume(self.checkpoint_root, train_args.resume_from_checkpoint)
@@ -177,6 +180,7 @@ class TrainingRun:
         self.model.generation_config = GenerationConfig(
             num_beams=train_args.num_beams,
             max_new_tokens=train_args.max_new_tokens,
+            length_penalty=train_args.length_penalty,
             bos_token_id=self.model.config.bos_token_id,
             eos_token_id=self.model.config.eos_token_id,
             pad_token_id=self.model.config.pad_token_id,
@@ -198,6 +202,7 @@ class TrainingRun:
         self.plan = BatchPlan(length_array(self.corpus.train), train_args.max_tokens, train_args.seed)
         self.micro_batches = None  # the data loader's iterator, started where the run starts (or resumes)
         self.data_wait = 0.0  # seconds the loop waited for micro-batches, since the last log line
+        self.launch_data_wait, self.launch_seconds = 0.0, 0.0  # and in all of this launch, of its training time
         if tensorboard:
             self.accelerator.init_trackers("train", config=self.hyperparameters())
 
@@ -248,11 +253,15 @@ class TrainingRun:
         """The next micro-batch of this process, on the device; the time spent waiting for it is counted."""
         waited = time.perf_counter()
         batch = next(self.micro_batches)
-        self.data_wait += time.perf_counter() - waited
+        waited = time.perf_counter() - waited
+        self.data_wait += waited
+        self.launch_data_wait += waited
         return {name: value.to(self.accelerator.device, non_blocking=True) for name, value in batch.items()}
 
-    def train_step(self) -> tuple[float, int]:
-        """One optimizer step over world_size x accumulation micro-batches; returns (mean token loss, tokens)."""
+    def train_step(self) -> tuple[torch.Tensor, int]:
+        """One optimizer step over world_size x accumulation micro-batches; returns (mean token loss, tokens). The
+        loss stays a tensor on the device, so that the step never waits for the device to finish; the tokens (source
+        and target, of every process) come from the plan."""
         processes, accumulation = self.accelerator.num_processes, self.args.gradient_accumulation_steps
         batches, self.state.epoch, self.state.batch_in_epoch = self.plan.take(
             self.state.epoch, self.state.batch_in_epoch, processes * accumulation
@@ -261,23 +270,23 @@ class TrainingRun:
         # communicating; DDP averages gradients over processes, hence the factor `processes`
         step_tokens = self.plan.target_tokens(batches)
         own_batches = batches[self.accelerator.process_index :: processes]
-        step_loss, seen_tokens = 0.0, 0
+        step_loss = torch.zeros((), device=self.accelerator.device)
         for position in range(len(own_batches)):
             batch = self.micro_batch()  # the loader's sampler walks the same plan: these are own_batches
             last = position == len(own_batches) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
                 loss = self.model(**batch, num_items_in_batch=step_tokens / processes).loss
                 self.accelerator.backward(loss)
-            step_loss += loss.item() / processes
-            seen_tokens += int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
+            step_loss += loss.detach() / processes
         if self.args.max_grad_norm > 0:
             self.accelerator.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        totals = self.accelerator.reduce(torch.tensor([step_loss, seen_tokens], device=self.accelerator.device))
-        return totals[0].item(), int(totals[1].item())
+        seen_tokens = int(sum(self.plan.lengths[batch].sum() for batch in batches))
+        self.state.train_tokens += seen_tokens
+        return self.accelerator.reduce(step_loss), seen_tokens
 
     def checkpoint_folder(self) -> Path:
         """Where the checkpoint of the current step is (or will be) saved."""
@@ -316,6 +325,7 @@ class TrainingRun:
             num_beams=self.args.num_beams,
             max_new_tokens=self.args.max_new_tokens,
             batch_size=self.args.eval_batch_size,
+            compound_split=self.args.compound_split_bleu,
         )
         return {"loss": loss, **scores}
 
@@ -384,6 +394,7 @@ class TrainingRun:
             self.micro_batches = None  # stops the loader's workers
         progress.close()
         self.state.train_seconds = self.training_seconds(carried, launched)
+        self.launch_seconds = self.state.train_seconds - carried
         if interrupt.requested:
             saved = self.checkpoint_folder()
             if not saved.is_dir():
@@ -412,6 +423,7 @@ class TrainingRun:
                 elapsed = max(time.time() - window_start, 1e-9)
                 rate, data_wait = window_tokens / elapsed, self.data_wait / elapsed
                 learning_rate = self.scheduler.get_last_lr()[0]
+                loss = loss.item()
                 progress.set_postfix(
                     step=f"{self.state.step}/{self.args.max_steps}",
                     loss=f"{loss:.3f}",
@@ -452,7 +464,12 @@ class TrainingRun:
             "averaged_checkpoints": averaged,
             "processes": self.accelerator.num_processes,
             "mixed_precision": self.accelerator.mixed_precision,
+            "train_tokens": self.state.train_tokens,
+            # of this launch's training time, how much went to waiting for micro-batches
+            "data_wait_share": round(self.launch_data_wait / max(self.launch_seconds, 1e-9), 4),
         }
+        if self.accelerator.device.type == "cuda":
+            results["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         if self.accelerator.is_main_process:
             save_model_folder(model, self.tokenizer, self.output_dir)
             try:

@@ -58,6 +58,7 @@ def card_results(model, results: dict, data_args: DataArguments, args: TrainArgu
         bleu=scores.get("bleu"),
         bleu_lowercased=scores.get("bleu_lowercased"),
         chrf=scores.get("chrf"),
+        bleu_compound_split=scores.get("bleu_compound_split"),
         steps=results["train_steps"],
         max_tokens=args.max_tokens,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
