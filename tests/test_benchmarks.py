@@ -119,3 +119,33 @@ def test_sst2_benchmark_trains_both_models_the_same_number_of_steps_and_prints_t
     assert [row[0] for row in rows] == ["| vanilla-transformer", "| BertForSequenceClassification"]
     ours_steps, bert_steps = int(rows[0][2]), int(rows[1][2])
     assert 0 < ours_steps < 100000 and bert_steps == ours_steps  # the budget ended ours; BERT took as many steps
+
+
+def test_the_wmt14_recipe_runs_end_to_end_at_a_tiny_size(tmp_path):
+    """configs/wmt14_en_de_base.yaml as benchmarks.wmt14 runs it, with the sizes overridden to tiny and a corpus of
+    WMT14's shape (train, validation and test in en and de) made of the demo's numbers."""
+    from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
+
+    data = write_parallel_folder(tmp_path / "wmt-shaped", demo_splits(train_size=400, test_size=8, seed=0))
+    tiny = ["--d_model", "16", "--encoder_layers", "1", "--decoder_layers", "1", "--encoder_attention_heads", "2",
+            "--decoder_attention_heads", "2", "--encoder_ffn_dim", "32", "--decoder_ffn_dim", "32",
+            "--vocab_size", "300",
+            "--max_steps", "4", "--warmup_steps", "2", "--tokens_per_step", "512", "--max_tokens", "256",
+            "--save_steps", "2", "--eval_steps", "2", "--max_eval_samples", "4", "--use_cpu", "--report_to", "none",
+            "--disable_progress_bar"]  # fmt: skip
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "benchmarks.wmt14", "--config", "configs/wmt14_en_de_base.yaml",
+               "--dataset", str(data), "--output_dir", str(output), "--cache_dir", str(tmp_path / "cache"),
+               *tiny]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = dict(line.strip("| ").split(" | ") for line in completed.stdout.splitlines() if line.startswith("| "))
+    assert rows["steps"] == "4" and rows["processes x micro-batches a step x tokens each"] == "1 x 2 x 256"
+    assert float(rows["BLEU, sacreBLEU (cased, 13a)"]) >= 0
+    assert rows["BLEU, tokenized with compounds split (the paper's scoring)"].endswith("(paper: -)")  # not the base
+    results = json.loads((output / "results.json").read_text())
+    assert results["averaged_checkpoints"] == 2 and results["mixed_precision"] == "bf16"
+    assert {"bleu", "bleu_compound_split", "chrf"} <= results["test"].keys()
+    generation = json.loads((output / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty"], generation.get("max_new_tokens")) == (4, 0.6, None)
+    assert "compounds split: the paper's WMT14 scoring" in (output / "README.md").read_text()
