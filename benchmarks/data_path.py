@@ -113,7 +113,7 @@ def child(argv: list[str]) -> None:
     if hasattr(corpus_module, "build_corpus"):
         build = corpus_module.build_corpus
         corpus_module.build_corpus = lambda *args: builds.append(1) or build(*args)
-    sizes = [item for name, value in (TINY if model == "tiny" else BASE).items() for item in (f"--{name}", str(value))]
+    sizes = [item for name, value in (BASE if model == "base" else TINY).items() for item in (f"--{name}", str(value))]
     run = TrainingRun(*parse_arguments([*flags, *sizes]))
     ready = time.time() - started
     run.resume()
@@ -129,6 +129,11 @@ def child(argv: list[str]) -> None:
         if len(step_seconds) == 1:
             first_step = time.time() - started
     later = slice(1, None) if steps > 1 else slice(None)  # the first step also starts the loader's workers
+    if model == "tiny-read-all":  # every page of the training split read, as an epoch would: what is resident then
+        import pyarrow.compute as pc
+
+        table = run.corpus.train.with_format("arrow")[:]
+        sum(pc.sum(pc.list_flatten(table[column])).as_py() for column in ("input_ids", "labels"))
     report = {
         "rank": run.accelerator.process_index,
         "ready_s": ready,
@@ -207,11 +212,11 @@ def main(argv: list[str] | None = None) -> None:
         base = launch(args, corpus, caches / "one", "base", args.base_steps)[0]
         rows.append(("base model: step (s), data wait", f"{base['step_s']:.2f}, {base['data_wait_share']:.1%}"))
     if args.two_processes:
-        two = launch(args, corpus, caches / "two", "tiny", 3, processes=2)
+        two = launch(args, corpus, caches / "two", "tiny-read-all", 3, processes=2)
         rows += [
             ("two processes, empty cache: preparations", str(sum(report["builds"] for report in two))),
             ("two processes: first step (s)", ", ".join(f"{report['first_step_s']:.1f}" for report in two)),
-            ("two processes: corpus pages Rss / Pss per process (MB)",
+            ("two processes, the training split read whole: its pages Rss / Pss per process (MB)",
              ", ".join(f"{r['rss_mib']:.0f} / {r['pss_mib']:.0f}" for r in two)),
         ]  # fmt: skip
     print(f"\n{command_line()}\n{machine_summary()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")

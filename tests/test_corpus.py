@@ -211,3 +211,17 @@ def test_a_step_budget_of_tokens_derives_micro_batches_for_any_number_of_process
     assert [args.micro_batches_for(n) for n in (1, 2, 3, 8)] == [(12500, 2), (12500, 1), (8334, 1), (3125, 1)]
     with pytest.raises(ValueError, match="tokens_per_step=25000 derives the gradient accumulation"):
         parse_arguments(["--tokens_per_step", "25000", "--gradient_accumulation_steps", "2"])
+
+
+@pytest.mark.parametrize("limits", [(None, None), (6, 4)])
+def test_the_fast_encoder_gives_the_tokenizers_own_ids(corpus_folder, limits):
+    from vanilla_transformer.inference import load_tokenizer
+
+    tokenizer = load_tokenizer(corpus_folder / "tokenizer")
+    sources = (corpus_folder / "train.en").read_text().splitlines()[:50] + ["", "ünïcödé ☃ not in training"]
+    targets = (corpus_folder / "train.de").read_text().splitlines()[:50] + ["x", ""]
+    source_ids, target_ids = corpus_module.encoder(tokenizer, limits)(sources, targets)
+    source_cut, target_cut = ({"truncation": True, "max_length": limit} if limit else {} for limit in limits)
+    assert source_ids == tokenizer(sources, **source_cut)["input_ids"]
+    assert target_ids == tokenizer(text_target=targets, **target_cut)["input_ids"]
+    assert max(map(len, source_ids)) == (limits[0] or max(map(len, source_ids)))
