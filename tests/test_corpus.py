@@ -17,7 +17,7 @@ from vanilla_transformer.training import TrainingRun, parse_arguments
 from vanilla_transformer.training import corpus as corpus_module
 from vanilla_transformer.training.arguments import DataArguments
 from vanilla_transformer.training.batches import BatchPlan, OwnMicroBatches, length_array
-from vanilla_transformer.training.corpus import MANIFEST, prepare_corpus, tokenizer_sample
+from vanilla_transformer.training.corpus import FILE_DIGESTS, MANIFEST, prepare_corpus, tokenizer_sample
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def tokenize_calls(monkeypatch):
 
 
 def prepared_folders(args: DataArguments) -> list[str]:
-    return sorted(path.name for path in Path(args.cache_dir).iterdir())
+    return sorted(path.name for path in Path(args.cache_dir).iterdir() if path.name != FILE_DIGESTS)
 
 
 def test_a_second_preparation_reads_the_cache_and_tokenizes_nothing(data_args, tokenize_calls):
@@ -71,6 +71,31 @@ def test_a_changed_file_or_setting_prepares_a_new_corpus(corpus_folder, data_arg
     assert tokenize_calls and shorter.folder not in (original.folder, changed.folder)
     assert shorter.train.num_rows < original.train.num_rows  # pairs over the new limit left out
     assert len(prepared_folders(data_args)) == 3  # nothing partial left behind
+
+
+def test_a_second_preparation_does_not_read_the_text_again_unless_a_file_changed(
+    corpus_folder, data_args, tmp_path, monkeypatch
+):
+    corpus_folder = Path(shutil.copytree(corpus_folder, tmp_path / "data"))  # the fixture's files stay as they are
+    data_args = DataArguments(**{**vars(data_args), "dataset": str(corpus_folder)})
+    opened = []
+    open_file = Path.open
+    monkeypatch.setattr(
+        Path, "open", lambda path, *args, **kwargs: opened.append(path) or open_file(path, *args, **kwargs)
+    )
+    first = prepare_corpus(data_args)
+    assert corpus_folder / "train.de" in opened
+    opened.clear()
+    assert prepare_corpus(data_args).folder == first.folder
+    assert not [path for path in opened if path.parent == corpus_folder]  # its digest was remembered
+    # the same size, other bytes: the file's modification time says it changed, and it is read again
+    train = corpus_folder / "train.de"
+    lines = train.read_text().splitlines()
+    lines[0], lines[1] = lines[1], lines[0]
+    train.write_text("\n".join(lines) + "\n")
+    opened.clear()
+    assert prepare_corpus(data_args).folder != first.folder
+    assert train in opened
 
 
 def test_copying_the_files_elsewhere_finds_the_same_corpus(corpus_folder, data_args, tmp_path, tokenize_calls):
@@ -114,7 +139,7 @@ def test_prepare_command_then_train_on_the_prepared_folder(corpus_folder, tmp_pa
     flags = [*tiny_train_flags(corpus_folder), "--cache_dir", str(cache)]
     assert main(["prepare", *flags]) == 0
     printed = capsys.readouterr().out
-    (folder,) = cache.iterdir()
+    (folder,) = (path for path in cache.iterdir() if path.name != FILE_DIGESTS)
     assert f"prepared {folder} (train 300 pairs, validation 12 pairs, test 12 pairs" in printed
     tokenize_calls.clear()
     # the same flags find the folder; so does --dataset naming it
@@ -203,7 +228,8 @@ def test_two_processes_prepare_the_corpus_once_and_map_the_same_folder(corpus_fo
     assert result.stdout.count("PREPARED BY A PROCESS") == 1
     folders = {line for line in result.stdout.splitlines() if line.startswith("CORPUS ")}
     assert len(folders) == 1 and result.stdout.count("CORPUS ") == 2
-    assert [path.name for path in (tmp_path / "c").iterdir()] == [next(iter(folders)).rsplit("/", 1)[1]]
+    cached = [path.name for path in (tmp_path / "c").iterdir() if path.name != FILE_DIGESTS]
+    assert cached == [next(iter(folders)).rsplit("/", 1)[1]]
 
 
 def test_a_step_budget_of_tokens_derives_micro_batches_for_any_number_of_processes():
