@@ -195,7 +195,10 @@ def build_spec(model: VanillaTransformerForConditionalGeneration, tokenizer):
         )
     spec.register_source_vocabulary(vocabulary)
     spec.register_target_vocabulary(
-        target_vocabulary(tokenizer, config) if config.has_separate_target_vocabulary else vocabulary
+        target_vocabulary(tokenizer, config)
+        # Marian's separate vocabularies may also have one size: the tokenizer says whether they are two
+        if config.has_separate_target_vocabulary or getattr(tokenizer, "separate_vocabs", False)
+        else vocabulary
     )
     return spec
 
