@@ -16,8 +16,14 @@ dynamic quantization, what `translate --quantize int8` does). With --ct2, CTrans
 the same random-weight Marian converted by CTranslate2's own converter, and on our model exported by
 `vanilla-transformer export ctranslate2` (float32 and int8 each).
 
+With --marian, the two models hold the same weights: one random-weight MarianMTModel at opus-mt-en-de's size (vocab
+58,101, d_model 512, 6+6 layers, 8 heads, FFN 2048, swish) and ours converted from it by `convert marian`'s config
+and weight copy; generate() greedy and beam 4 on 32 sentences, and CTranslate2 on the export of the converted model
+(training and memory are left out).
+
     python -m benchmarks.speed                      # defaults: about 3 minutes on 2 idle CPU cores
     python -m benchmarks.speed --ct2 --json speed.json
+    python -m benchmarks.speed --marian --pairs 3 --warmup 1 --gen-calls 1
 """
 
 from __future__ import annotations
@@ -106,8 +112,28 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     method.add_argument("--seed", type=int, default=0)
     method.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
     method.add_argument("--ct2", action="store_true", help="add CTranslate2 translate_batch (float32, int8)")
+    method.add_argument(
+        "--marian",
+        action="store_true",
+        help="the same weights: ours converted from a MarianMTModel; opus-mt-en-de's size and --beams 4 unless given, "
+        "--ct2, generation only",
+    )
     method.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     return parser
+
+
+# what --marian sets unless a flag says otherwise: opus-mt-en-de's size, beam 4
+MARIAN_DEFAULTS = dict(vocab=58101, d_model=512, layers=6, heads=8, ffn=2048, beams=4)
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
+    if "--marian" in (sys.argv[1:] if argv is None else argv):
+        parser.set_defaults(**MARIAN_DEFAULTS)
+    args = parser.parse_args(argv)
+    if args.marian:
+        args.ct2, args.skip_memory = True, True
+    return args
 
 
 def apply_threads(args: argparse.Namespace) -> None:
@@ -129,7 +155,7 @@ def shared_config_fields(args: argparse.Namespace) -> dict:
         decoder_attention_heads=args.heads,
         encoder_ffn_dim=args.ffn,
         decoder_ffn_dim=args.ffn,
-        activation_function="relu",
+        activation_function="swish" if args.marian else "relu",  # opus-mt's: swish (our "silu")
         dropout=args.dropout,
         attention_dropout=0.0,
         activation_dropout=0.0,
@@ -142,6 +168,8 @@ def shared_config_fields(args: argparse.Namespace) -> dict:
 
 
 def build_ours(args: argparse.Namespace) -> torch.nn.Module:
+    if args.marian:
+        return converted_marian(args)
     config = VanillaTransformerConfig(
         **shared_config_fields(args), norm_placement="post", position_embedding_type="sinusoidal"
     )
@@ -152,6 +180,18 @@ def build_marian(args: argparse.Namespace) -> torch.nn.Module:
     # Marian is post-LN with sinusoidal positions by construction
     config = MarianConfig(**shared_config_fields(args), forced_eos_token_id=None)
     return MarianMTModel._from_config(config, attn_implementation=args.attn)
+
+
+def converted_marian(args: argparse.Namespace) -> torch.nn.Module:
+    """Ours with the weights of `build_marian`'s model (built here from the same seed), as `convert marian` makes it."""
+    from vanilla_transformer.convert.marian import config_from_marian, copy_weights
+
+    marian = build_marian(args)
+    ours = VanillaTransformerForConditionalGeneration._from_config(
+        config_from_marian(marian.config), attn_implementation=args.attn
+    )
+    copy_weights(marian, ours)
+    return ours
 
 
 MODEL_BUILDERS: dict[str, Callable[[argparse.Namespace], torch.nn.Module]] = {
@@ -507,14 +547,18 @@ def setup_lines(args: argparse.Namespace, parameters: dict[str, int]) -> list[st
     """The report's lines on the size of the models and the method of measuring."""
     return [
         f"- Size: vocab {args.vocab}, d_model {args.d_model}, {args.layers}+{args.layers} layers, {args.heads} heads, "
-        f"FFN {args.ffn}, post-LN, sinusoidal, ReLU, tied embeddings, {args.attn} attention; parameters: "
-        + ", ".join(f"{MODEL_LABELS[name]} {count:,}" for name, count in parameters.items()),
+        f"FFN {args.ffn}, post-LN, sinusoidal, {'swish' if args.marian else 'ReLU'}, tied embeddings, {args.attn} "
+        "attention; parameters: " + ", ".join(f"{MODEL_LABELS[name]} {count:,}" for name, count in parameters.items()),
         f"- Method: median of {args.pairs} alternating pairs after {args.warmup} warm-up runs; ratio = median of "
-        "per-pair ratios [lowest-highest pair]. Training: batch "
-        f"{args.batch} x ({args.src_len} + {args.tgt_len}) tokens, dropout {args.dropout}, forward + backward + "
-        f"AdamW, source + target tokens counted, {args.train_steps} steps per measurement. Generation: "
-        f"{args.gen_batch} x {args.src_len} source tokens -> exactly {args.new_tokens} new tokens each, "
-        f"{args.gen_calls} calls per measurement.",
+        "per-pair ratios [lowest-highest pair]. "
+        + (
+            ""
+            if args.marian
+            else f"Training: batch {args.batch} x ({args.src_len} + {args.tgt_len}) tokens, dropout {args.dropout}, "
+            f"forward + backward + AdamW, source + target tokens counted, {args.train_steps} steps per measurement. "
+        )
+        + f"Generation: {args.gen_batch} x {args.src_len} source tokens -> exactly {args.new_tokens} new tokens "
+        f"each, {args.gen_calls} calls per measurement.",
     ]
 
 
@@ -524,9 +568,14 @@ def setup_lines(args: argparse.Namespace, parameters: dict[str, int]) -> list[st
 def speed_rows(
     args: argparse.Namespace, models: dict[str, torch.nn.Module], workload: Workload
 ) -> tuple[list[Row], list[str]]:
-    """Training and generation rows (with CTranslate2 beside generation under --ct2), and notes."""
-    training = {name: training_measurement(model, workload, args) for name, model in models.items()}
-    rows = [Row("Training", "tokens/s", True, alternate(training, args.pairs, args.warmup, "training"))]
+    """Training and generation rows (with CTranslate2 beside generation under --ct2), and notes; under --marian
+    generation only, and a note of how far the converted model's logits are from Marian's."""
+    rows, notes = [], []
+    if args.marian:
+        notes.append(same_weights_note(models, workload))
+    else:
+        training = {name: training_measurement(model, workload, args) for name, model in models.items()}
+        rows.append(Row("Training", "tokens/s", True, alternate(training, args.pairs, args.warmup, "training")))
     references, note = ct2_measurements(args, workload) if args.ct2 else ({}, None)
     quantized = int8_model(models["ours"], args)
     for phase, beams, label in (("greedy", 1, "Greedy generate"), ("beam", args.beams, f"Beam {args.beams} generate")):
@@ -535,7 +584,22 @@ def speed_rows(
             measurements["ours int8"] = generation_measurement(quantized, workload, args, beams)
         measurements.update(references.get(phase, {}))
         rows.append(Row(label, "new tokens/s", True, alternate(measurements, args.pairs, args.warmup, phase)))
-    return rows, [note] if note else []
+    return rows, notes + ([note] if note else [])
+
+
+def same_weights_note(models: dict[str, torch.nn.Module], workload: Workload) -> str:
+    """The largest absolute difference between the two models' logits on the generation inputs."""
+    inputs = workload.gen_inputs
+    start = torch.full_like(inputs["input_ids"][:, :1], DECODER_START_ID)
+    decoder_input_ids = torch.cat((start, inputs["input_ids"][:, :-1]), dim=1)
+    with torch.inference_mode():
+        logits = [models[name].eval()(**inputs, decoder_input_ids=decoder_input_ids).logits for name in MODEL_NAMES]
+    difference = (logits[0].float() - logits[1].float()).abs().max().item()
+    return (
+        "Same weights: ours is the MarianMTModel converted (`convert marian`'s config and weight copy); the largest "
+        f"absolute difference of their logits on the {len(start)} generation inputs, teacher-forced, is "
+        f"{difference:.1e}."
+    )
 
 
 def int8_model(model: torch.nn.Module, args: argparse.Namespace) -> torch.nn.Module | None:
@@ -581,7 +645,8 @@ def run_benchmark(args: argparse.Namespace) -> Report:
         args,
         machine_description(args.device),
         parameters,
-        title=f"vanilla_transformer vs MarianMTModel ({args.device}, {args.dtype})",
+        title=f"vanilla_transformer vs MarianMTModel ({args.device}, {args.dtype})"
+        + (", the same weights at opus-mt-en-de's size" if args.marian else ""),
         setup=setup_lines(args, parameters),
         columns=COLUMNS,
         ratio_columns=RATIO_COLUMNS,
@@ -601,7 +666,7 @@ def run_benchmark(args: argparse.Namespace) -> Report:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda was asked for, but torch.cuda.is_available() is False.")
     started = time.perf_counter()

@@ -38,6 +38,9 @@ PAD, BOS, EOS = 0, 1, 2
 # other switch without multiplying the matrix. Dynamic NTK changes the rotation with the length, so padding and the
 # cache change its outputs by design (as in transformers); test_positions.py checks it on its own.
 RESIDUAL_SCALINGS = ("none", "learned", "rezero")
+# Marian's details, taken together in every other combination: the sines-then-cosines layout (where positions are
+# sinusoidal), a final logits bias, and a target vocabulary of its own size with unshared embeddings
+VOCABULARY_DETAILS = ("paper", "marian")
 ROPE_SCALINGS = ("rope", "rope:linear", "rope:ntk")
 COMBINATIONS = list(
     itertools.product(
@@ -54,16 +57,18 @@ SWITCHES = [
         ROPE_SCALINGS[index // 3 % 3] if positions == "rope" else positions,
         *others,
         RESIDUAL_SCALINGS[index % 3],
+        VOCABULARY_DETAILS[index // 2 % 2],
     )
     for index, (placement, positions, *others) in enumerate(COMBINATIONS)
 ]
 
 
 def switch_id(switches) -> str:
-    placement, positions, norm, kv_heads, activation, scaling = switches
+    placement, positions, norm, kv_heads, activation, scaling, details = switches
     attention = {None: "mha", 2: "gqa", 1: "mqa"}[kv_heads]
     positions = positions.replace(":", "_")
-    return f"{placement}-{positions}-{norm}-{attention}-{activation}" + ("" if scaling == "none" else f"-{scaling}")
+    name = f"{placement}-{positions}-{norm}-{attention}-{activation}" + ("" if scaling == "none" else f"-{scaling}")
+    return name + ("" if details == "paper" else f"-{details}")
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:
@@ -88,11 +93,15 @@ def tiny_config(**overrides) -> VanillaTransformerConfig:
 
 
 def config_for(switches, **overrides) -> VanillaTransformerConfig:
-    placement, positions, norm, kv_heads, activation, scaling = switches
+    placement, positions, norm, kv_heads, activation, scaling, details = switches
     positions, _, rope_type = positions.partition(":")
     if rope_type:
         # a factor of 4 moves every rotation the tiny sequences make, so the checks meet the scaled angles
         overrides.setdefault("rope_parameters", {"rope_type": rope_type, "factor": 4.0})
+    if details == "marian":
+        overrides.update(final_logits_bias=True, decoder_vocab_size=VOCAB + 5, share_encoder_decoder_embeddings=False)
+        if positions == "sinusoidal":
+            overrides["sinusoid_layout"] = "sines_then_cosines"
     return tiny_config(
         norm_placement=placement,
         position_embedding_type=positions,
@@ -109,6 +118,10 @@ def tiny_model(config, **kwargs) -> VanillaTransformerForConditionalGeneration:
     contribute nothing, and the checks that padding, the future or the cache change nothing would hold trivially."""
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration._from_config(config, **kwargs).eval()
+    if config.final_logits_bias:
+        # a zero bias (its initial value) would leave the checks blind to where it is added
+        with torch.no_grad():
+            model.final_logits_bias.normal_(generator=torch.Generator().manual_seed(1))
     if config.residual_scaling == "rezero":
         with torch.no_grad():
             for name, parameter in model.named_parameters():

@@ -114,6 +114,27 @@ from vanilla_transformer.training.corpus import load_parallel, obtain_tokenizer
             dict(residual_scaling="fixup"),
             r"residual_scaling='fixup' is invalid: allowed values are none, learned, rezero",
         ),
+        (
+            dict(sinusoid_layout="cosines_first"),
+            r"sinusoid_layout='cosines_first' is invalid: allowed values are interleaved, sines_then_cosines",
+        ),
+        (
+            dict(sinusoid_layout="sines_then_cosines", position_embedding_type="rope", rope_parameters={}),
+            r"sinusoid_layout='sines_then_cosines' is invalid: lays out sinusoidal positions, which "
+            r"position_embedding_type='rope' does not use",
+        ),
+        (dict(decoder_vocab_size=0), r"decoder_vocab_size=0 is invalid: must be None or a positive integer"),
+        (
+            dict(decoder_vocab_size=VOCAB + 3),
+            rf"decoder_vocab_size={VOCAB + 3} is invalid: .* it needs share_encoder_decoder_embeddings=False",
+        ),
+        (
+            dict(
+                decoder_vocab_size=8, share_encoder_decoder_embeddings=False, tie_word_embeddings=False, bos_token_id=9
+            ),
+            r"bos_token_id=9 is invalid: must be a token id of the vocabulary, in \[0, 8\)",
+        ),
+        (dict(final_logits_bias="yes"), r"final_logits_bias"),
     ],
 )
 def test_invalid_switch_names_field_value_and_allowed(overrides, message):

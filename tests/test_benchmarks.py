@@ -57,6 +57,32 @@ def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
         assert {"ours ct2 float32", "ours ct2 int8", "ct2 float32"} <= set(results["rows"][2]["samples"])
 
 
+def test_the_marian_mode_times_the_same_weights_greedy_and_beam_4(tmp_path):
+    pytest.importorskip("ctranslate2", reason='the CTranslate2 rows need ".[ct2]"')
+    report = tmp_path / "speed.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.speed", "--marian", *TOY_SIZE, "--json", str(report)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    table = [line for line in completed.stdout.splitlines() if line.startswith("| ")]
+    # generation only, beam 4 unless told otherwise, and CTranslate2 on the converted model's export
+    assert [line.split(" | ")[0] for line in table[1:]] == [
+        "| Greedy generate (new tokens/s)",
+        "| Beam 4 generate (new tokens/s)",
+    ]
+    assert "CTranslate2 float32 (our export)" in table[0]
+    results = json.loads(report.read_text())
+    note = next(note for note in results["notes"] if note.startswith("Same weights"))
+    difference = float(note.rsplit(" is ", 1)[1].rstrip("."))
+    assert difference < 1e-5
+    args = speed.parse_arguments(["--marian"])
+    assert (args.vocab, args.d_model, args.layers, args.heads, args.ffn, args.beams) == (58101, 512, 6, 8, 2048, 4)
+
+
 def test_peak_memory_of_a_phase_counts_what_the_phase_allocates():
     args = speed.build_parser().parse_args(TOY_SIZE)
     small = speed.phase_memory(args, "ours", "train")

@@ -7,6 +7,7 @@ import sys
 import yaml
 from huggingface_hub.errors import StrictDataclassError
 
+from .convert import add_convert_subcommand
 from .demo import add_demo_subcommand
 from .export import add_export_subcommand
 from .export.ctranslate2_spec import MissingExtraError
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_translate_subcommand(subcommands)
     add_push_subcommand(subcommands)
     add_export_subcommand(subcommands)
+    add_convert_subcommand(subcommands)
     add_plot_subcommand(subcommands)
     return parser
 

@@ -15,6 +15,9 @@ ACTIVATION_FUNCTIONS = ("relu", "gelu", "silu", "swiglu", "geglu")
 NORM_PLACEMENTS = ("post", "pre")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope", "alibi")
+# where the paper's sinusoids go in the d_model channels: "interleaved" as in the paper's formula (sin on even channels,
+# cos on odd ones); "sines_then_cosines" as in Marian (all sines in the first half, all cosines in the second)
+SINUSOID_LAYOUTS = ("interleaved", "sines_then_cosines")
 # transformers' rope_type names where it has them ("ntk" is the static NTK-aware scaling, which it has not)
 ROPE_TYPES = ("default", "linear", "ntk", "dynamic")
 WEIGHT_INITS = ("xavier", "normal")
@@ -34,7 +37,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
     trained with 0.1).
 
     Args:
-        vocab_size: size of the (joint source/target) vocabulary.
+        vocab_size: size of the (joint source/target) vocabulary; with decoder_vocab_size, the source vocabulary.
+        decoder_vocab_size: rows of the decoder's embedding and of the generator; None (one vocabulary for both
+            languages) becomes vocab_size. Another size is a separate target vocabulary (Marian's separate
+            vocabularies), which needs share_encoder_decoder_embeddings=False.
         d_model: width of every sublayer's input and output.
         encoder_layers / decoder_layers: N, the number of layers in each stack.
         encoder_attention_heads / decoder_attention_heads: h, the number of query heads.
@@ -58,6 +64,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         position_embedding_type: "sinusoidal" (computed for any length), "learned" (a table of
             max_position_embeddings rows), "rope" (rotary, applied to queries and keys of self-attention) or "alibi"
             (a bias on self-attention scores, minus a per-head slope times the distance; Press et al., 2022).
+        sinusoid_layout: where sinusoidal positions put their sines and cosines: "interleaved" (the paper: sin on even
+            channels, cos on odd ones) or "sines_then_cosines" (Marian: all sines first, then all cosines).
         max_position_embeddings: rows of the learned position table (a longer input is an error); under rope, the
             length trained on, beyond which "dynamic" scaling starts.
         rope_parameters: transformers' RoPE dict: {"rope_type": default | linear | ntk | dynamic, "rope_theta": base
@@ -67,6 +75,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         scale_embedding: multiply token embeddings by sqrt(d_model).
         share_encoder_decoder_embeddings: one embedding matrix for source and target tokens.
         tie_word_embeddings: the generator reuses the (decoder) embedding matrix.
+        final_logits_bias: add a bias vector to the generator's logits (Marian's final_logits_bias, a buffer kept in
+            the weights file and not trained, as in Marian).
         sliding_window: None, or the width of a local self-attention window.
         label_smoothing: epsilon_ls of the model's cross-entropy loss.
         weight_init: "xavier" (the reference implementations of the paper, tensor2tensor and fairseq): Glorot
@@ -87,6 +97,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     }
 
     vocab_size: int = 37000
+    decoder_vocab_size: int | None = None
     d_model: int = 512
     encoder_layers: int = 6
     decoder_layers: int = 6
@@ -105,11 +116,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
     residual_scaling: str = "none"
     layer_norm_eps: float | int = 1e-5
     position_embedding_type: str = "sinusoidal"
+    sinusoid_layout: str = "interleaved"
     max_position_embeddings: int = 512
     rope_parameters: dict | None = None
     scale_embedding: bool = True
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
+    final_logits_bias: bool = False
     sliding_window: int | None = None
     label_smoothing: float | int = 0.0
     weight_init: str = "xavier"
@@ -139,10 +152,16 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     stacklevel=3,
                 )
         super().__post_init__(**kwargs)  # sets what the keywords of attribute_map name, e.g. num_attention_heads
+        # as in Marian: transformers reads the decoder vocabulary from here (get_text_config(decoder=True))
+        if self.decoder_vocab_size is None:
+            self.decoder_vocab_size = self.vocab_size
         if self.num_key_value_heads is None and self.encoder_attention_heads == self.decoder_attention_heads:
             self.num_key_value_heads = self.decoder_attention_heads
 
     def __setattr__(self, key, value):
+        # one vocabulary stays one when vocab_size is changed on a built config (as resize_token_embeddings does)
+        if key == "vocab_size" and getattr(self, "decoder_vocab_size", None) == getattr(self, "vocab_size", None):
+            super().__setattr__("decoder_vocab_size", value)
         # from_pretrained(folder, rope_parameters={"rope_type": "ntk", "factor": 4}) sets the field on the folder's
         # config: the rotation keeps the base it was trained with unless the new dict names one
         if key == "rope_parameters" and isinstance(value, dict) and "rope_theta" not in value:
@@ -174,15 +193,27 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for field in ("init_std", "layer_norm_eps"):
             if not getattr(self, field) > 0:
                 raise _invalid(field, getattr(self, field), "must be positive")
+        if self.decoder_vocab_size is not None and self.decoder_vocab_size < 1:
+            raise _invalid("decoder_vocab_size", self.decoder_vocab_size, "must be None or a positive integer")
+        if self.has_separate_target_vocabulary and self.share_encoder_decoder_embeddings:
+            raise _invalid(
+                "decoder_vocab_size",
+                self.decoder_vocab_size,
+                f"a target vocabulary of another size than vocab_size={self.vocab_size} cannot share the embedding "
+                "matrix: it needs share_encoder_decoder_embeddings=False",
+            )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise _invalid("sliding_window", self.sliding_window, "must be None or a positive integer")
 
     def validate_special_tokens(self):
+        # the padding id is the padding row of both embeddings; the others are ids the decoder reads or writes
+        both = min(self.vocab_size, self.target_vocab_size)
         for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            size = both if field == "pad_token_id" else self.target_vocab_size
             value = getattr(self, field)
             for token_id in value if isinstance(value, list) else [value]:
-                if token_id is not None and not 0 <= token_id < self.vocab_size:
-                    raise _invalid(field, value, f"must be a token id of the vocabulary, in [0, {self.vocab_size})")
+                if token_id is not None and not 0 <= token_id < size:
+                    raise _invalid(field, value, f"must be a token id of the vocabulary, in [0, {size})")
 
     def validate_key_value_heads(self):
         if self.num_key_value_heads is None:
@@ -203,6 +234,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
             ("norm_placement", NORM_PLACEMENTS),
             ("norm_type", NORM_TYPES),
             ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+            ("sinusoid_layout", SINUSOID_LAYOUTS),
             ("weight_init", WEIGHT_INITS),
             ("classifier_pooling", CLASSIFIER_POOLINGS),
             ("residual_scaling", RESIDUAL_SCALINGS),
@@ -210,6 +242,15 @@ class VanillaTransformerConfig(PreTrainedConfig):
             value = getattr(self, field)
             if value not in allowed:
                 raise _invalid(field, value, f"allowed values are {', '.join(allowed)}")
+
+    def validate_sinusoid_layout(self):
+        if self.sinusoid_layout != "interleaved" and self.position_embedding_type != "sinusoidal":
+            raise _invalid(
+                "sinusoid_layout",
+                self.sinusoid_layout,
+                f"lays out sinusoidal positions, which position_embedding_type={self.position_embedding_type!r} "
+                "does not use; leave it 'interleaved'",
+            )
 
     def validate_rope(self):
         """Our own, instead of transformers' (which knows no "ntk" and warns where a switch should raise)."""
@@ -260,6 +301,15 @@ class VanillaTransformerConfig(PreTrainedConfig):
             raise _invalid("classifier_dropout", self.classifier_dropout, "must be None (use dropout) or in [0, 1)")
         if not 0.0 <= self.label_smoothing <= 1.0:
             raise _invalid("label_smoothing", self.label_smoothing, "must be in [0, 1]")
+
+    @property
+    def target_vocab_size(self) -> int:
+        """Rows of the decoder's embedding and of the generator: the target vocabulary."""
+        return self.decoder_vocab_size if self.decoder_vocab_size is not None else self.vocab_size
+
+    @property
+    def has_separate_target_vocabulary(self) -> bool:
+        return self.target_vocab_size != self.vocab_size
 
     def kv_heads(self, attention_heads: int) -> int:
         """Key/value heads used beside `attention_heads` query heads."""

@@ -258,7 +258,7 @@ class VanillaTransformerDecoder(TransformerStack):
         output_hidden_states: bool = False,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        shape = check_inputs(input_ids, inputs_embeds, self.config.vocab_size, "decoder_input_ids")
+        shape = check_inputs(input_ids, inputs_embeds, self.config.target_vocab_size, "decoder_input_ids")
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs encoder_hidden_states (or encoder_outputs) to attend to.")
         check_mask(encoder_attention_mask, tuple(encoder_hidden_states.shape[:2]), "attention_mask")
@@ -368,7 +368,18 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
         """Both stacks read one vocabulary: without a shared matrix the decoder's embedding is resized as well
         (transformers resizes the input embedding, the encoder's, and the generator, then ties them again)."""
+        if self.config.has_separate_target_vocabulary:
+            raise ValueError(
+                f"decoder_vocab_size={self.config.decoder_vocab_size}: the target vocabulary is separate, and "
+                "resize_token_embeddings resizes the one vocabulary of both stacks"
+            )
         resized = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        bias = getattr(self, "final_logits_bias", None)
+        if bias is not None and bias.shape[-1] != resized.num_embeddings:
+            # the new tokens start without a bias, as in Marian
+            kept = bias[:, : resized.num_embeddings]
+            grown = bias.new_zeros(1, resized.num_embeddings - kept.shape[-1])
+            self.final_logits_bias = torch.cat((kept, grown), dim=-1)
         if not self.config.share_encoder_decoder_embeddings and hasattr(self.base_model, "decoder"):
             decoder = self.get_decoder().embeddings
             decoder.embed_tokens = self._get_resized_embeddings(
@@ -399,6 +410,8 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
         elif isinstance(module, AddAndNorm) and module.initial_scale is not None:
             init.constant_(module.scale, module.initial_scale)
+        if getattr(module, "final_logits_bias", None) is not None:
+            init.zeros_(module.final_logits_bias)
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -417,7 +430,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             }
         else:
             encoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, pad)
-            decoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, pad)
+            decoder_embeddings = nn.Embedding(config.target_vocab_size, config.d_model, pad)
         self.encoder = VanillaTransformerEncoder(config, encoder_embeddings)
         self.decoder = VanillaTransformerDecoder(config, decoder_embeddings)
         self.post_init()
@@ -510,7 +523,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         super().__init__(config)
         self.model = VanillaTransformerModel(config)
         # the generator (section 3.4): decoder output -> next-token logits, tied to the embedding matrix
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.target_vocab_size, bias=False)
+        if config.final_logits_bias:
+            # a buffer, as Marian's: saved with the weights, left alone by the optimizer
+            self.register_buffer("final_logits_bias", torch.zeros(1, config.target_vocab_size))
         source = (
             "model.shared.weight"
             if config.share_encoder_decoder_embeddings
@@ -542,7 +558,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             raise ValueError(
                 f"num_beams={generation_config.num_beams} must be 1 (greedy or sampling) or more (beam search)"
             )
-        vocab_size = self.config.vocab_size
+        vocab_size = self.config.target_vocab_size
         for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(generation_config, name, None)
             ids = value.tolist() if torch.is_tensor(value) else value
@@ -612,7 +628,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         **kwargs,
     ) -> Seq2SeqLMOutput:
         if labels is not None:
-            check_token_ids(labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels")
+            check_token_ids(labels.masked_fill(labels == -100, 0), self.config.target_vocab_size, "labels")
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
@@ -633,6 +649,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         # (batch, target_len, d_model) -> (batch, target_len, vocab_size)
         logits = self.lm_head(outputs.last_hidden_state)
+        if self.config.final_logits_bias:
+            logits = logits + self.final_logits_bias
         loss = None if labels is None else self.loss_function(logits, labels, num_items_in_batch)
 
         return Seq2SeqLMOutput(

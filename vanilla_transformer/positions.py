@@ -19,19 +19,26 @@ def inverse_frequencies(dim: int, base: float, device=None) -> torch.Tensor:
 class SinusoidalPositionalEncoding(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 
-    Computed from the positions on each call, so any length works and nothing is stored in checkpoints.
+    Computed from the positions on each call, so any length works and nothing is stored in checkpoints. The
+    "sines_then_cosines" layout holds the same values in another channel order, Marian's: every sine in the first
+    half, every cosine in the second.
     """
 
-    def __init__(self, d_model: int):
+    def __init__(self, d_model: int, layout: str = "interleaved"):
         super().__init__()
         self.d_model = d_model
+        self.layout = layout
 
     def forward(self, start: int, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         # positions: (seq,) -> angles: (seq, d_model/2)
         positions = torch.arange(length, device=device, dtype=torch.float32) + start
         angles = positions[:, None] * inverse_frequencies(self.d_model, 10000.0, device)
-        # interleave so that even channels hold sin and odd channels cos: (seq, d_model/2, 2) -> (seq, d_model)
-        encoding = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+        if self.layout == "sines_then_cosines":
+            # (seq, d_model/2) twice -> (seq, d_model)
+            encoding = torch.cat((angles.sin(), angles.cos()), dim=-1)
+        else:
+            # interleave so that even channels hold sin and odd channels cos: (seq, d_model/2, 2) -> (seq, d_model)
+            encoding = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
         return encoding[:, : self.d_model].to(dtype)
 
 
@@ -137,7 +144,7 @@ class LinearBiases(nn.Module):
 def build_absolute_positions(config) -> nn.Module | None:
     """The additive position encoding of a stack, or None when positions are rotary or ALiBi's biases."""
     if config.position_embedding_type == "sinusoidal":
-        return SinusoidalPositionalEncoding(config.d_model)
+        return SinusoidalPositionalEncoding(config.d_model, config.sinusoid_layout)
     if config.position_embedding_type == "learned":
         return LearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
     return None

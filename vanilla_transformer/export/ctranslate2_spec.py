@@ -178,9 +178,12 @@ def build_spec(model: VanillaTransformerForConditionalGeneration, tokenizer):
         _set_stack(spec.encoder, model.model.encoder, config)
         _set_stack(spec.decoder, model.model.decoder, config)
         _set_linear(spec.decoder.projection, model.lm_head)
+        if config.final_logits_bias:
+            spec.decoder.projection.bias = _array(model.final_logits_bias.squeeze(0))
 
     spec.config.layer_norm_epsilon = config.layer_norm_eps
-    spec.config.bos_token = tokenizer.bos_token
+    if tokenizer.bos_token is not None:  # Marian's tokenizer has none: CTranslate2 keeps its default
+        spec.config.bos_token = tokenizer.bos_token
     spec.config.eos_token = tokenizer.eos_token
     spec.config.unk_token = tokenizer.unk_token
     spec.config.decoder_start_token = tokenizer.convert_ids_to_tokens(config.decoder_start_token_id)
@@ -191,8 +194,30 @@ def build_spec(model: VanillaTransformerForConditionalGeneration, tokenizer):
             "CTranslate2 needs one token per embedding row"
         )
     spec.register_source_vocabulary(vocabulary)
-    spec.register_target_vocabulary(vocabulary)
+    spec.register_target_vocabulary(
+        target_vocabulary(tokenizer, config)
+        # Marian's separate vocabularies may also have one size: the tokenizer says whether they are two
+        if config.has_separate_target_vocabulary or getattr(tokenizer, "separate_vocabs", False)
+        else vocabulary
+    )
     return spec
+
+
+def target_vocabulary(tokenizer, config) -> list[str]:
+    """The tokens of a separate target vocabulary in id order: Marian's tokenizer keeps it as `target_encoder`."""
+    target = getattr(tokenizer, "target_encoder", None)
+    if not target:
+        raise ValueError(
+            f"decoder_vocab_size={config.decoder_vocab_size} is a separate target vocabulary, which the tokenizer "
+            f"{type(tokenizer).__name__} does not hold: CTranslate2 needs its tokens"
+        )
+    tokens = [token for token, _ in sorted(target.items(), key=lambda item: item[1])]
+    if len(tokens) != config.decoder_vocab_size:
+        raise ValueError(
+            f"the tokenizer's target vocabulary has {len(tokens)} tokens but decoder_vocab_size is "
+            f"{config.decoder_vocab_size}: CTranslate2 needs one token per row of the generator"
+        )
+    return tokens
 
 
 def export_ctranslate2(

@@ -36,6 +36,7 @@ class CTranslate2Model:
         self.config = config
         self.generation_config = generation_config
         self.device = torch.device("cpu")
+        self.source_tokens, self.target_ids = _vocabularies(tokenizer)
 
     def eval(self) -> CTranslate2Model:
         return self
@@ -56,7 +57,7 @@ class CTranslate2Model:
         # max_length counts the decoder start token; CTranslate2's lengths do not
         limit = max_new_tokens or settings.max_length - 1
         results = self.translator.translate_batch(
-            [self.tokenizer.convert_ids_to_tokens(row) for row in rows],
+            [self.source_tokens(row) for row in rows],
             beam_size=num_beams,
             max_batch_size=len(rows),
             max_decoding_length=limit,
@@ -67,11 +68,28 @@ class CTranslate2Model:
             length_penalty=settings.length_penalty if settings.length_penalty is not None else 1.0,
             repetition_penalty=settings.repetition_penalty or 1.0,
             no_repeat_ngram_size=settings.no_repeat_ngram_size or 0,
+            # generate()'s forbidden tokens (Marian's generation config forbids its pad token, which CTranslate2's own
+            # Marian converter removes from the vocabulary instead)
+            suppress_sequences=[self.tokenizer.convert_ids_to_tokens(ids) for ids in settings.bad_words_ids or []]
+            or None,
         )
         start, end, pad = self.config.decoder_start_token_id, self.config.eos_token_id, self.config.pad_token_id
-        outputs = [[start, *self.tokenizer.convert_tokens_to_ids(r.hypotheses[0]), end] for r in results]
+        outputs = [[start, *self.target_ids(r.hypotheses[0]), end] for r in results]
         width = max(len(output) for output in outputs)
         return torch.tensor([output + [pad] * (width - len(output)) for output in outputs])
+
+
+def _vocabularies(tokenizer: PreTrainedTokenizerBase):
+    """(source ids -> tokens, target tokens -> ids). Marian's tokenizer with separate vocabularies keeps two; its
+    own conversions read the source vocabulary one way and the target one the other."""
+    if not getattr(tokenizer, "separate_vocabs", False):
+        return tokenizer.convert_ids_to_tokens, tokenizer.convert_tokens_to_ids
+    source = {index: token for token, index in tokenizer.encoder.items()}
+    target, unknown = tokenizer.target_encoder, tokenizer.target_encoder[tokenizer.unk_token]
+    return (
+        lambda ids: [source.get(index, tokenizer.unk_token) for index in ids],
+        lambda tokens: [target.get(token, unknown) for token in tokens],
+    )
 
 
 def load_ctranslate2(

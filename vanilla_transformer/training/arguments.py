@@ -15,6 +15,7 @@ from ..configuration_vanilla_transformer import (
     NORM_TYPES,
     POSITION_EMBEDDING_TYPES,
     RESIDUAL_SCALINGS,
+    SINUSOID_LAYOUTS,
     WEIGHT_INITS,
     VanillaTransformerConfig,
 )
@@ -23,7 +24,14 @@ from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
 
 # Config fields that are not switches: the tokenizer decides the vocabulary and the special ids, what the model is
 # (an encoder-decoder that caches while generating) is no choice, and the classifiers' head is not a translator's.
-TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+TOKENIZER_FIELDS = (
+    "vocab_size",
+    "decoder_vocab_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+)
 NOT_FLAGS = (
     *TOKENIZER_FIELDS,
     "use_cache",
@@ -38,6 +46,7 @@ CHOICES = {
     "position_embedding_type": POSITION_EMBEDDING_TYPES,
     "weight_init": WEIGHT_INITS,
     "residual_scaling": RESIDUAL_SCALINGS,
+    "sinusoid_layout": SINUSOID_LAYOUTS,
 }
 
 
