@@ -359,6 +359,11 @@ def test_the_command_converts_and_refuses_a_folder_holding_other_files(converted
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "is not empty" in error and "--force" in error
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+    (tmp_path / "a_file").write_text("mine")
+    assert main(["convert", "marian", str(marian_folder), str(tmp_path / "a_file"), "--force"]) == 2
+    assert "a_file is a file, not a folder" in capsys.readouterr().err
+    assert main(["convert", "marian", str(marian_folder), str(marian_folder.parent), "--force"]) == 2
+    assert "holds the Marian folder" in capsys.readouterr().err and marian_folder.is_dir()
 
 
 def test_translate_and_plot_take_the_converted_folder_unchanged(converted, tmp_path):

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..export.ctranslate2_spec import MissingExtraError
+from ..export.ctranslate2_spec import MissingExtraError, check_output_folder
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
@@ -247,12 +247,7 @@ def convert_marian(source: str | Path, output: str | Path, force: bool = False) 
     from ..inference.loading import load_config, load_model_folder, load_tokenizer
 
     output = Path(output)
-    if Path(source).exists() and output.resolve() in (Path(source).resolve(), *Path(source).resolve().parents):
-        raise ValueError(f"the output folder {output} holds the Marian folder {source}: choose another output")
-    if output.exists() and not output.is_dir():
-        raise NotADirectoryError(f"{output} is a file, not a folder")
-    if output.is_dir() and any(output.iterdir()) and not force:
-        raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
+    check_output_folder(output, source, "Marian", force)
     import_sentencepiece()
     marian_config = load_config(source)
     check_convertible(marian_config, source)

@@ -220,6 +220,18 @@ def target_vocabulary(tokenizer, config) -> list[str]:
     return tokens
 
 
+def check_output_folder(output: Path, source: str | Path, described_as: str, force: bool) -> None:
+    """`output` may be written from `source`: not a file, empty unless `force`, and not the source or a folder above
+    it (which --force would delete before it is read)."""
+    resolved = Path(source).resolve()
+    if resolved.exists() and (output.resolve() == resolved or output.resolve() in resolved.parents):
+        raise ValueError(f"the output folder {output} holds the {described_as} folder {source}: choose another output")
+    if output.exists() and not output.is_dir():
+        raise NotADirectoryError(f"{output} is a file, not a folder")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
+
+
 def export_ctranslate2(
     folder: str | Path, output: str | Path, quantization: str | None = None, force: bool = False
 ) -> Path:
@@ -231,12 +243,7 @@ def export_ctranslate2(
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     output = Path(output)
-    source = Path(folder).resolve()
-    if source.exists() and (output.resolve() == source or output.resolve() in source.parents):
-        # --force would delete the model it is about to read
-        raise ValueError(f"the output folder {output} holds the model folder {folder}: choose another output")
-    if output.exists() and any(output.iterdir()) and not force:
-        raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
+    check_output_folder(output, folder, "model", force)
     check_expressible(load_config(folder))  # the switches first: a refusal should not wait for the weights
     tokenizer = load_tokenizer(folder, described_as="model")
     model = load_model_folder(folder).eval()
