@@ -21,12 +21,11 @@ TOY_SIZE = [
 ]  # fmt: skip
 
 
-def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
+def run_speed_benchmark(tmp_path, *flags: str) -> tuple[list[str], dict]:
+    """`benchmarks.speed` at the toy size with `flags`: the printed table's lines and the JSON it wrote."""
     report = tmp_path / "speed.json"
-    ct2 = importlib.util.find_spec("ctranslate2") is not None
     completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.speed", *TOY_SIZE, "--skip-memory", "--json", str(report)]
-        + (["--ct2"] if ct2 else []),
+        [sys.executable, "-m", "benchmarks.speed", *flags, *TOY_SIZE, "--json", str(report)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -34,6 +33,12 @@ def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     table = [line for line in completed.stdout.splitlines() if line.startswith("| ")]
+    return table, json.loads(report.read_text())
+
+
+def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
+    ct2 = importlib.util.find_spec("ctranslate2") is not None
+    table, results = run_speed_benchmark(tmp_path, "--skip-memory", *(["--ct2"] if ct2 else []))
     assert [line.split(" | ")[0] for line in table[1:]] == [
         "| Training (tokens/s)",
         "| Greedy generate (new tokens/s)",
@@ -43,7 +48,6 @@ def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
     assert "vanilla_transformer int8" in headers and headers[-2:] == ["ours / Marian", "ours int8 / Marian |"]
     if ct2:
         assert {"CTranslate2 int8 (Marian)", "CTranslate2 float32 (our export)"} <= set(headers)
-    results = json.loads(report.read_text())
     for row in results["rows"]:
         assert len(row["samples"]["ours"]) == len(row["samples"]["marian"]) == 2
         ratios = [a / b for a, b in zip(row["samples"]["ours"], row["samples"]["marian"], strict=True)]
@@ -59,23 +63,13 @@ def test_speed_benchmark_prints_ratios_of_both_models_and_writes_json(tmp_path):
 
 def test_the_marian_mode_times_the_same_weights_greedy_and_beam_4(tmp_path):
     pytest.importorskip("ctranslate2", reason='the CTranslate2 rows need ".[ct2]"')
-    report = tmp_path / "speed.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.speed", "--marian", *TOY_SIZE, "--json", str(report)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    table = [line for line in completed.stdout.splitlines() if line.startswith("| ")]
+    table, results = run_speed_benchmark(tmp_path, "--marian")
     # generation only, beam 4 unless told otherwise, and CTranslate2 on the converted model's export
     assert [line.split(" | ")[0] for line in table[1:]] == [
         "| Greedy generate (new tokens/s)",
         "| Beam 4 generate (new tokens/s)",
     ]
     assert "CTranslate2 float32 (our export)" in table[0]
-    results = json.loads(report.read_text())
     note = next(note for note in results["notes"] if note.startswith("Same weights"))
     difference = float(note.rsplit(" is ", 1)[1].rstrip("."))
     assert difference < 1e-5
