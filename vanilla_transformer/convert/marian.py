@@ -235,6 +235,35 @@ Load it with `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=Tr
     ModelCard(content).save(output / "README.md")
 
 
+def marian_as_ours(
+    source: str | Path, overrides: dict | None = None, attn_implementation: str | None = None
+) -> tuple[VanillaTransformerForConditionalGeneration, object]:
+    """The MarianMTModel `source` (a local folder or a Hub id) as our model, in memory, with Marian's generation
+    config, and its tokenizer: what `convert marian` saves, and what `train --from_model` starts from. `overrides`
+    (dropout, label smoothing) are set on our config before the model is built.
+
+    What our config cannot express is refused, naming the Marian field and value, before any weight is read."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    from ..inference.loading import load_config, load_model_folder, load_tokenizer
+
+    import_sentencepiece()
+    marian_config = load_config(source)
+    check_convertible(marian_config, source)
+    config = config_from_marian(marian_config)
+    for name, value in (overrides or {}).items():
+        setattr(config, name, value)
+    config.validate()
+    tokenizer = load_tokenizer(source, described_as="model")
+    if not isinstance(tokenizer, MarianTokenizer):
+        raise ValueError(f"{source} holds a {type(tokenizer).__name__}, not the MarianTokenizer of a Marian model")
+    marian = load_model_folder(source, model_class=MarianMTModel, dtype=torch.float32).eval()
+    ours = VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
+    copy_weights(marian, ours.eval())
+    ours.generation_config = copy.deepcopy(marian.generation_config)
+    return ours, tokenizer
+
+
 def convert_marian(source: str | Path, output: str | Path, force: bool = False) -> Path:
     """Write the MarianMTModel `source` (a local folder or a Hub id) as our model folder `output`: config, safetensors,
     generation config (Marian's, with its decoder start, padding and forbidden tokens), the remote code, a model card
@@ -242,31 +271,15 @@ def convert_marian(source: str | Path, output: str | Path, force: bool = False) 
 
     What our config cannot express is refused, naming the Marian field and value, before any weight is read; an
     `output` that holds files is refused unless `force`."""
-    from transformers import MarianMTModel, MarianTokenizer
-
-    from ..inference.loading import load_config, load_model_folder, load_tokenizer
-
     output = Path(output)
     check_output_folder(output, source, "Marian", force)
-    import_sentencepiece()
-    marian_config = load_config(source)
-    check_convertible(marian_config, source)
-    config = config_from_marian(marian_config)
-
-    tokenizer = load_tokenizer(source, described_as="model")
-    if not isinstance(tokenizer, MarianTokenizer):
-        raise ValueError(f"{source} holds a {type(tokenizer).__name__}, not the MarianTokenizer of a Marian model")
-    marian = load_model_folder(source, model_class=MarianMTModel, dtype=torch.float32).eval()
-    ours = VanillaTransformerForConditionalGeneration(config).eval()
-    copy_weights(marian, ours)
-    ours.generation_config = copy.deepcopy(marian.generation_config)
-
+    ours, tokenizer = marian_as_ours(source)
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
     ours.save_pretrained(output)
     tokenizer.save_pretrained(output)
-    write_model_card(output, source, source_license(source), config)
+    write_model_card(output, source, source_license(source), ours.config)
     return output
 
 
@@ -300,5 +313,6 @@ __all__ = [
     "convert_marian",
     "copy_weights",
     "import_sentencepiece",
+    "marian_as_ours",
     "unsupported_fields",
 ]
