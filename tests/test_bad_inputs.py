@@ -1117,3 +1117,158 @@ def test_a_failed_push_at_the_end_leaves_a_complete_folder_and_the_command_to_re
     assert f"publishing the folder (`vanilla-transformer push {output} --repo-id me/tiny` retries) failed" in line
     assert "ConnectionError: the Hub cannot be reached" in line
     assert missing_model_files(output) == [] and (output / "results.json").is_file()
+
+
+# ------------------------------------------------------------------ starting from a trained model (--from_model)
+
+
+def write_marian_config(folder: Path, **fields) -> Path:
+    """A Marian model folder's config.json alone: what --from_model reads before any weight."""
+    from transformers import MarianConfig
+
+    MarianConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, **fields).save_pretrained(folder)
+    return folder
+
+
+def other_tokenizer(folder: Path) -> Path:
+    train_tokenizer([f"ein ganz anderer satz {i}" for i in range(40)], vocab_size=290).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--from_model", "{tmp}/notes"], "notes has no config.json, so it is no saved model folder"),
+        (["--from_model", "{tmp}/nowhere"], "nowhere: no such model folder"),
+        (["--from_model", "{marian}"], "MarianConfig activation_function='tanh' (the converter takes swish"),
+        (
+            ["--from_model", "{run}", "--d_model", "32"],
+            "fixes the architecture, and this run sets it otherwise: d_model=32 where the model has 16",
+        ),  # fmt: skip
+        (
+            ["--from_model", "{run}", "--d_model", "32", "--norm_placement", "pre"],
+            "d_model=32 where the model has 16; norm_placement='pre' where the model has 'post'",
+        ),
+        (["--from_model", "{run}", "--freeze", "bogus"], "freeze='bogus' names no part of the model: the parts are"),
+        (["--from_model", "{run}", "--freeze", "encoder:3"], "freeze='encoder:3': the model's encoder has 1 layer, so"),
+        (["--from_model", "{run}", "--lora_r", "2", "--freeze", "encoder"], "LoRA trains its adapters alone"),
+        (["--lora_r", "2"], "lora_r=2 trains adapters on a trained model: pass --from_model"),
+        (
+            ["--from_model", "{run}", "--output_dir", "{run}", "--overwrite_output_dir"],
+            "holds the model the run starts",
+        ),
+        (
+            ["--from_model", "{run}/checkpoints/step-4", "--output_dir", "{run}", "--overwrite_output_dir"],
+            "holds the model the run",
+        ),
+        (["--from_model", "{run}", "--mix_dataset", "{tmp}/french"], "mix_dataset='{tmp}/french' needs mix_ratio"),
+        (
+            ["--from_model", "{run}", "--mix_dataset", "{tmp}/french", "--mix_ratio", "0.2"],
+            "mix_dataset {tmp}/french: unknown language 'de': no {tmp}/french/train.de (or .gz); available languages: "
+            "en, fr",
+        ),  # fmt: skip
+        (["--from_model", "{run}", "--mix_ratio", "1.5", "--mix_dataset", "{tmp}/french"], "must be between 0 and 1"),
+        (
+            ["--from_model", "{run}", "--extra_eval_datasets", "{tmp}/french:dev"],
+            "extra_eval_datasets {tmp}/french:dev: unknown split 'dev'",
+        ),  # fmt: skip
+    ],
+    ids=[
+        "not-a-model",
+        "missing-folder",
+        "marian-field",
+        "architecture",
+        "two-switches",
+        "freeze-unknown",
+        "freeze-too-many-layers",
+        "lora-and-freeze",
+        "lora-without-model",
+        "output-is-the-model",
+        "output-above-the-model",
+        "mix-without-ratio",
+        "mix-other-languages",
+        "mix-ratio",
+        "extra-set-split",
+    ],  # fmt: skip
+)
+def test_a_bad_start_is_one_line_and_nothing_is_lost(
+    corpus_folder, trained_run, tmp_path, capsys, monkeypatch, flags, message
+):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("not a model")
+    write_marian_config(tmp_path / "marian", activation_function="tanh")
+    (tmp_path / "french").mkdir()
+    write_lines(tmp_path / "french" / "train.en", ["one", "two"])
+    write_lines(tmp_path / "french" / "train.fr", ["un", "deux"])
+    run = Path(shutil.copytree(trained_run, tmp_path / "run"))
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    # refused before the corpus is read (a corpus read or a model built first would be work lost)
+    monkeypatch.setattr("vanilla_transformer.training.loop.prepare_corpus", lambda *_: pytest.fail("data loaded"))
+    places = {"{tmp}": str(tmp_path), "{run}": str(run), "{marian}": str(tmp_path / "marian")}
+    flags = [re.sub("|".join(map(re.escape, places)), lambda m: places[m.group()], flag) for flag in flags]
+    output = tmp_path / "fine"
+    argv = ["train", *tiny_train_flags(corpus_folder), "--output_dir", str(output), *flags]
+    assert main(argv) == 2
+    assert message.replace("{tmp}", str(tmp_path)) in error_line(capsys, "train")
+    assert not output.exists()
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+
+
+def test_a_start_on_an_unreachable_hub_is_named_at_once(corpus_folder, hub_unreachable, tmp_path, capsys):
+    started = time.monotonic()
+    argv = ["train", *tiny_train_flags(corpus_folder), "--output_dir", str(tmp_path / "fine")]
+    assert main([*argv, "--from_model", "someone/opus-mt-xx-yy"]) == 2
+    line = error_line(capsys, "train")
+    assert "cannot reach the Hugging Face Hub" in line and "fetch model someone/opus-mt-xx-yy" in line
+    assert_fast(started)
+    assert not (tmp_path / "fine").exists()
+
+
+def test_a_tokenizer_other_than_the_models_is_refused_naming_both(corpus_folder, trained_run, tmp_path, capsys):
+    other = other_tokenizer(tmp_path / "other-tokenizer")
+    argv = ["train", *tiny_train_flags(corpus_folder), "--from_model", str(trained_run)]
+    # tiny_train_flags names the corpus's tokenizer, which is the model's: accepted
+    assert main([*argv, "--output_dir", str(tmp_path / "same"), "--max_steps", "1"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--output_dir", str(tmp_path / "fine"), "--tokenizer", str(other)]) == 2
+    line = error_line(capsys, "train")
+    assert f"--tokenizer {other} (" in line and f"is not the tokenizer of --from_model {trained_run} (" in line
+    assert "leave --tokenizer out" in line and not (tmp_path / "fine").exists()
+
+
+def test_a_prepared_folder_of_another_tokenizer_is_refused(corpus_folder, trained_run, tmp_path, capsys):
+    flags = [*tiny_train_flags(corpus_folder), "--cache_dir", str(tmp_path / "cache")]
+    flags[flags.index("--tokenizer") + 1] = str(other_tokenizer(tmp_path / "other-tokenizer"))
+    assert main(["prepare", *flags]) == 0
+    prepared = next((tmp_path / "cache").glob("[!.]*[!n]"))  # the prepared folder, not file_digests.json
+    capsys.readouterr()
+    argv = ["train", *tiny_train_flags(corpus_folder), "--output_dir", str(tmp_path / "fine")]
+    argv[argv.index("--tokenizer") : argv.index("--tokenizer") + 2] = []
+    assert main([*argv, "--dataset", str(prepared), "--from_model", str(trained_run)]) == 2
+    assert "was prepared with another tokenizer than this run's" in error_line(capsys, "train")
+
+
+def test_lora_without_peft_names_the_extra(corpus_folder, trained_run, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else find_spec(name, *a))
+    argv = ["train", *tiny_train_flags(corpus_folder), "--output_dir", str(tmp_path / "fine")]
+    assert main([*argv, "--from_model", str(trained_run), "--lora_r", "4"]) == 2
+    line = error_line(capsys, "train")
+    assert "LoRA (--lora_r) needs peft, which is not installed" in line and "vanilla-transformer[lora]" in line
+
+
+def test_weights_that_do_not_fit_the_config_are_refused_not_left_at_random(
+    corpus_folder, trained_run, tmp_path, capsys
+):
+    start = Path(shutil.copytree(trained_run, tmp_path / "start"))
+    weights = load_file(start / "model.safetensors")
+    from safetensors.torch import save_file
+
+    save_file({name: tensor for name, tensor in weights.items() if "layers.0.feed_forward" not in name},
+              start / "model.safetensors", metadata={"format": "pt"})  # fmt: skip
+    argv = ["train", *tiny_train_flags(corpus_folder), "--output_dir", str(tmp_path / "fine")]
+    assert main([*argv, "--from_model", str(start)]) == 2
+    line = error_line(capsys, "train")
+    assert "its weights do not fit its config (missing keys: " in line and "feed_forward" in line

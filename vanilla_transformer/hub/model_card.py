@@ -91,8 +91,16 @@ class ModelCardResults:
     warmup_steps: int | None = _training("warm-up steps")
     label_smoothing: float | None = _training("label smoothing")
     averaged_checkpoints: int | None = _training("checkpoints averaged into the final weights")
+    trained_parts: str | None = _training("what was trained")
+    trainable_parameters: int | None = _training("trainable parameters")
+    replay: str | None = _training("replay (pairs of another corpus mixed in)")
     train_minutes: float | None = _training("training time (minutes)")
     machine: str | None = _training("hardware")
+
+    # the model the run started from (a folder or Hub id), and each evaluation set's scores at its first step and
+    # of the final model: (set, BLEU before, BLEU after, chrF before, chrF after)
+    from_model: str | None = None
+    before_and_after: list[tuple[str, float, float, float, float]] | None = None
 
     def rows(self, section: str) -> list[tuple[dataclasses.Field, Any]]:
         """(field, value) of the set fields of one section ("score" or "training"), in declaration order."""
@@ -184,6 +192,10 @@ def render_model_card(
             config.position_embedding_type
         ),
         "domain_note": _domain_note(dataset_label),
+        "from_model": results.from_model,
+        "before_and_after": [
+            (name, *(_format(score) for score in scores)) for name, *scores in results.before_and_after or []
+        ],
     }
     environment = jinja2.Environment(
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True

@@ -5,6 +5,7 @@ import argparse
 from .arguments import DataArguments, ModelArguments, TrainArguments, parse_arguments
 from .corpus import prepare_corpus
 from .loop import RunEndedWithErrors, TrainingInterrupted, TrainingRun, train
+from .starting_model import StartingModel
 
 
 def add_train_subcommand(subparsers) -> argparse.ArgumentParser:
@@ -32,8 +33,10 @@ def add_prepare_subcommand(subparsers) -> argparse.ArgumentParser:
 def run_prepare(argv: list[str]) -> int:
     """What `train` does with its data flags before training, alone: a cluster's CPU job prepares, then the GPU jobs
     given the same flags (or --dataset FOLDER) map the folder."""
-    _, data_args, _ = parse_arguments(argv, command="prepare")
-    corpus = prepare_corpus(data_args)
+    model_args, data_args, _ = parse_arguments(argv, command="prepare")
+    # a corpus to fine-tune on is encoded with the model's tokenizer
+    start = StartingModel.find(model_args.from_model) if model_args.from_model else None
+    corpus = prepare_corpus(data_args, start.tokenizer(also_named=data_args.tokenizer) if start else None)
     splits = ", ".join(
         f"{name} {dataset.num_rows:,} pairs"
         for name, dataset in (("train", corpus.train), ("validation", corpus.validation), ("test", corpus.test))

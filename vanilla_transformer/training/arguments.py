@@ -3,6 +3,7 @@ YAML/JSON file and/or the command line (command-line flags override the file).""
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from ..configuration_vanilla_transformer import (
 )
 from ..tokenization import VOCAB_SIZE
 from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
+from .trained_parts import FREEZE_HELP, LORA_TARGETS, check_freeze, check_peft_installed
 
 # Config fields that are not switches: the tokenizer decides the vocabulary and the special ids, what the model is
 # (an encoder-decoder that caches while generating) is no choice, and the classifiers' head is not a translator's.
@@ -128,6 +130,17 @@ def check_switches(self) -> None:
     self.switch_config()
 
 
+def explicit_switches(self) -> set[str]:
+    """The switches this run sets: those given as flags or in the --config file (`parse_arguments` records them in
+    `given`), or, for arguments built in code, those that differ from the config's defaults."""
+    names = switch_names()
+    given = getattr(self, "given", None)
+    if given is not None:
+        return {name for name in names if name in given}
+    defaults = {f.name: f.default for f in dataclasses.fields(self)}
+    return {name for name in names if getattr(self, name) != defaults[name]}
+
+
 # Derived from the config, so that every switch is a flag with the config's default and meaning.
 ModelArguments = dataclasses.make_dataclass(
     "ModelArguments",
@@ -138,11 +151,25 @@ ModelArguments = dataclasses.make_dataclass(
             str,
             field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2"}),
         ),
+        (
+            "from_model",
+            str | None,
+            field(
+                default=None,
+                metadata={
+                    "help": "start from a trained model (its architecture, weights and tokenizer): one of our folders "
+                    "(a run's output, best/, a checkpoint), a folder `convert marian` wrote, a MarianMTModel folder "
+                    "or Hub id (opus-mt), or a Hub id of ours"
+                },
+            ),
+        ),
     ],
     namespace={
-        "__doc__": "The model switches: every VanillaTransformerConfig field that the tokenizer does not decide.",
+        "__doc__": "The model switches: every VanillaTransformerConfig field that the tokenizer does not decide, "
+        "and the trained model a run may start from.",
         "build_config": build_config,
         "switch_config": switch_config,
+        "explicit_switches": explicit_switches,
         "__post_init__": check_switches,
     },
 )
@@ -181,12 +208,52 @@ class DataArguments:
         default=None,
         metadata={"help": "where prepared corpora are kept (default: HF_DATASETS_CACHE/vanilla_transformer)"},
     )
+    extra_eval_datasets: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "more evaluation sets, scored at step 0 and at every evaluation (BLEU, chrF), each "
+            "[NAME=]DATASET[:SPLIT] (SPLIT default validation), e.g. general=Helsinki-NLP/europarl:validation"
+        },
+    )
+    mix_dataset: str | None = field(
+        default=None,
+        metadata={"help": "replay: a second corpus whose training pairs are mixed into the batches (--mix_ratio)"},
+    )
+    mix_split: str = field(default="train", metadata={"help": "the split of --mix_dataset to mix in"})
+    mix_ratio: float | None = field(
+        default=None, metadata={"help": "the share of each epoch's training pairs drawn from --mix_dataset (0 to 1)"}
+    )
 
     def __post_init__(self):
         check_at_least(self, 1, "vocab_size", "max_source_length", "max_target_length", "max_eval_samples")
         check_at_least(self, 2, "tokenizer_sample_sentences")
         if self.source_lang == self.target_lang:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}: name two languages")
+        if (self.mix_dataset is None) != (self.mix_ratio is None):
+            given, missing = ("mix_dataset", "mix_ratio") if self.mix_ratio is None else ("mix_ratio", "mix_dataset")
+            raise ValueError(f"{given}={getattr(self, given)!r} needs {missing}: replay takes both")
+        if self.mix_ratio is not None and not 0 < self.mix_ratio < 1:
+            raise ValueError(f"mix_ratio={self.mix_ratio!r} must be between 0 and 1 (the replayed share of the pairs)")
+        names = [name for name, _, _ in self.extra_eval_sets()]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"extra_eval_datasets names {', '.join(repeated)} twice: give each set a NAME=")
+
+    def extra_eval_sets(self) -> list[tuple[str, str, str]]:
+        """(name, dataset, split) of each --extra_eval_datasets entry."""
+        sets = []
+        for entry in self.extra_eval_datasets:
+            match = EVAL_SET.fullmatch(entry)
+            if not match:
+                raise ValueError(f"extra_eval_datasets {entry!r} is not [NAME=]DATASET[:SPLIT]")
+            split = match["split"] or "validation"
+            name = match["name"] or f"{Path(match['dataset']).name}/{split}"
+            sets.append((name, match["dataset"], split))
+        return sets
+
+
+# [NAME=]DATASET[:SPLIT]: a name of letters, digits, "_", "-", "."; a dataset path or Hub id; a split name
+EVAL_SET = re.compile(r"(?:(?P<name>[\w.-]+)=)?(?P<dataset>[^:=]+?)(?::(?P<split>[\w.-]+))?")
 
 
 def check_at_least(arguments, low: float, *names: str) -> None:
@@ -298,8 +365,31 @@ class TrainArguments:
         metadata={"help": "auto (tensorboard when installed), tensorboard, none", "choices": list(REPORT_TO)},
     )
     disable_progress_bar: bool = False
+    freeze: list[str] = field(
+        default_factory=list, metadata={"help": f"parts of the model not to train: any of {FREEZE_HELP}"}
+    )
+    lora_r: int | None = field(
+        default=None, metadata={"help": "train LoRA adapters of this rank (PEFT) instead of the weights (.[lora])"}
+    )
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA's scale numerator (default 2 x lora_r)"})
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(
+        default_factory=lambda: list(LORA_TARGETS), metadata={"help": "the projections that get adapters"}
+    )
 
     def __post_init__(self):
+        check_freeze(self.freeze)
+        check_at_least(self, 1, "lora_r")
+        check_positive(self, "lora_alpha")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout={self.lora_dropout!r} must be at least 0 and below 1")
+        if self.lora_r is not None:
+            if self.freeze:
+                raise ValueError(
+                    f"freeze={' '.join(self.freeze)} with lora_r={self.lora_r}: LoRA trains its adapters alone, every "
+                    "weight of the model stays frozen; leave --freeze out"
+                )
+            check_peft_installed()
         check_at_least(
             self,
             1,
@@ -429,4 +519,17 @@ def parse_arguments(
     outputs = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if outputs[-1]:
         parser.error(f"unrecognized arguments: {' '.join(outputs[-1])}")
+    model_args = outputs[0]
+    model_args.given = given_flags(argument_parser(command), argv) | set(values if known.config else ())
     return tuple(outputs[: len(ARGUMENT_CLASSES)])
+
+
+_NOT_GIVEN = object()
+
+
+def given_flags(parser: HfArgumentParser, argv: list[str] | None) -> set[str]:
+    """The arguments `argv` sets (abbreviated, or as a `--no_` flag, included): parsed once more with every default
+    replaced by a marker, what is not the marker was given."""
+    parser.set_defaults(**{action.dest: _NOT_GIVEN for action in parser._actions})
+    namespace, _ = parser.parse_known_args(argv)
+    return {name for name, value in vars(namespace).items() if value is not _NOT_GIVEN}

@@ -21,6 +21,26 @@ def length_array(dataset: datasets.Dataset) -> np.ndarray:
     return np.stack(columns, axis=1).astype(np.int32) if len(dataset) else np.zeros((0, 2), dtype=np.int32)
 
 
+def mixed_training_pairs(
+    train: datasets.Dataset, replay: datasets.Dataset | None, ratio: float | None, seed: int
+) -> tuple[datasets.Dataset, np.ndarray]:
+    """The training pairs, with a share `ratio` of them drawn from `replay` (pairs of an earlier domain, so that
+    fine-tuning forgets less of it: --mix_dataset, --mix_ratio), and their (source, target) lengths. The replayed
+    pairs are one draw with `seed`, a permutation repeated where the replay corpus is smaller than the draw; the two
+    corpora are joined through an index, not copied."""
+    lengths = length_array(train)
+    if replay is None:
+        return train, lengths
+    if not len(replay):
+        raise ValueError("the replay corpus (--mix_dataset) holds no training pair within the length limits")
+    count = round(len(train) * ratio / (1 - ratio))
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([rng.permutation(len(replay)) for _ in range(-(-count // len(replay)))])[:count]
+    columns = ["input_ids", "labels"]
+    joined = datasets.concatenate_datasets([train.select_columns(columns), replay.select_columns(columns).select(rows)])
+    return joined, np.concatenate([lengths, length_array(replay)[rows]])
+
+
 def sequence_lengths(dataset: datasets.Dataset) -> list[tuple[int, int]]:
     """`length_array` as a list of (source, target) pairs."""
     return [tuple(pair) for pair in length_array(dataset).tolist()]

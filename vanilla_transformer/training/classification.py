@@ -31,9 +31,10 @@ from ..hub.connection import load_dataset_or_cache
 from ..inference.loading import load_tokenizer
 from ..modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ..tokenization import VOCAB_SIZE, train_tokenizer, with_sentence_start
-from .arguments import ModelArguments, TrainArgumentParser, check_at_least, check_positive
+from .arguments import ModelArguments, TrainArgumentParser, check_at_least, check_positive, given_flags
 from .corpus import read_records
 from .output_folder import check_output_folder
+from .starting_model import StartingModel
 
 # a split's file in a dataset folder: train.tsv, validation.csv.gz, test.jsonl ...
 LABELLED_FILE = re.compile(r"(?P<split>.+)\.(?P<format>tsv|csv|jsonl)(?:\.gz)?")
@@ -58,10 +59,6 @@ class ClassificationArguments:
     vocab_size: int = VOCAB_SIZE
     lowercase: bool = False
     max_length: int = field(default=128, metadata={"help": "longer sentences are cut to this many tokens"})
-    from_model: str | None = field(
-        default=None,
-        metadata={"help": "a trained model folder (a translator's too) whose encoder and tokenizer to start from"},
-    )
     classifier_pooling: str = field(
         default="first",
         metadata={"help": "the sentence's vector: its first token's (<s>) or the mean", "choices": CLASSIFIER_POOLINGS},
@@ -180,8 +177,16 @@ def build_classifier(model_args: ModelArguments, args: ClassificationArguments, 
         classifier_pooling=args.classifier_pooling,
         classifier_dropout=args.classifier_dropout,
     )
-    if args.from_model:
-        return VanillaTransformerForSequenceClassification.from_pretrained(args.from_model, **labels_config)
+    if model_args.from_model:
+        # a translator's encoder too; its architecture stays, as in `train --from_model`
+        start = StartingModel.find(model_args.from_model)
+        if start.marian:
+            raise ValueError(
+                f"--from_model {start.source} is a Marian model: `vanilla-transformer convert marian` it into one of "
+                "our folders first, whose encoder a classifier can start from"
+            )
+        start.check_switches(model_args)
+        return VanillaTransformerForSequenceClassification.from_pretrained(model_args.from_model, **labels_config)
     config = model_args.build_config(tokenizer, **labels_config)
     return VanillaTransformerForSequenceClassification._from_config(
         config, attn_implementation=model_args.attn_implementation
@@ -196,15 +201,15 @@ class LabelledData:
     labels: list[str]  # label id -> name
 
 
-def prepare_labelled_data(args: ClassificationArguments) -> LabelledData:
+def prepare_labelled_data(args: ClassificationArguments, from_model: str | None = None) -> LabelledData:
     """Both splits read (before a tokenizer is trained, so a missing one is found at once), the tokenizer (given,
     the starting model's, or trained on the training sentences) and the encoded splits."""
     train_text = load_labelled(args, args.train_split)
     validation_text = load_labelled(args, args.validation_split)
     if args.max_train_samples is not None:
         train_text = train_text.select(range(min(args.max_train_samples, len(train_text))))
-    if args.from_model or args.tokenizer:
-        tokenizer = load_tokenizer(args.from_model or args.tokenizer)
+    if from_model or args.tokenizer:
+        tokenizer = load_tokenizer(from_model or args.tokenizer)
     else:
         tokenizer = train_tokenizer(train_text["text"], vocab_size=args.vocab_size, lowercase=args.lowercase)
     tokenizer = with_sentence_start(tokenizer)
@@ -249,7 +254,7 @@ def classify(model_args: ModelArguments, args: ClassificationArguments, training
     tokenizer and results.json (validation accuracy, steps, minutes)."""
     output_dir = Path(training_args.output_dir)
     check_output_folder(output_dir, bool(training_args.resume_from_checkpoint), args.overwrite_output_dir)
-    data = prepare_labelled_data(args)
+    data = prepare_labelled_data(args, model_args.from_model)
     model = build_classifier(model_args, args, data.tokenizer, data.labels)
     results, trainer = fit(model, data, training_args, [TimeBudget(args.max_train_minutes)])
     trainer.save_model(str(output_dir))
@@ -277,6 +282,7 @@ def add_classify_subcommand(subparsers) -> argparse.ArgumentParser:
 
 def run_classify(argv: list[str]) -> int:
     model_args, args, training_args = classify_argument_parser().parse_args_into_dataclasses(argv)
+    model_args.given = given_flags(classify_argument_parser(), argv)
     results = classify(model_args, args, training_args)
     print({name: results[name] for name in ("validation_accuracy", "train_steps", "train_minutes")})
     return 0

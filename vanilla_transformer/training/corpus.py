@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,7 +23,6 @@ import re
 import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
@@ -49,7 +49,7 @@ _LOCAL_SUFFIXES = {".gz", ".jsonl", ".json", ".csv", ".tsv", ".txt"}
 _CHUNK = 100_000
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class SplitSource:
     """Where one split's pairs come from: two aligned text files, one jsonl/csv table, or a Hub dataset."""
 
@@ -416,13 +416,14 @@ TOKENIZER_FOLDER = "tokenizer"
 FILE_DIGESTS = "file_digests.json"  # in the corpus cache, beside the prepared folders
 
 
-@dataclass
+@dataclasses.dataclass
 class Corpus:
     tokenizer: PreTrainedTokenizerBase
-    train: datasets.Dataset  # columns: input_ids, labels (token ids, EOS appended)
-    validation: datasets.Dataset  # columns: source and target language text, input_ids, labels
+    train: datasets.Dataset | None  # columns: input_ids, labels (token ids, EOS appended); None: evaluation alone
+    validation: datasets.Dataset | None  # columns: source and target language text, input_ids, labels
     test: datasets.Dataset | None
     folder: Path | None = None  # the prepared folder the splits are memory-mapped from
+    split_names: dict[str, str] = dataclasses.field(default_factory=dict)  # role -> the split's name in the data
 
 
 def read_split(found: SplitSource, into: Path | None = None) -> datasets.Dataset:
@@ -484,23 +485,35 @@ def fingerprint(args: DataArguments, sources: dict[str, SplitSource], tokenizer:
 def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:
     """What a given tokenizer encodes by: its whole tokenizer.json, or the vocabulary of a slow tokenizer."""
     if tokenizer.is_fast:
-        described = tokenizer.backend_tokenizer.to_str()
+        described = tokenizer.backend_tokenizer.to_str().encode()
     else:
         described = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer.special_tokens_map], sort_keys=True)
-    return f"{type(tokenizer).__name__}:{hashlib.blake2b(described.encode(), digest_size=16).hexdigest()}"
+        described = described.encode()
+        # Marian's splits source and target text with SentencePiece models of their own
+        for name in ("spm_source", "spm_target"):
+            if hasattr(tokenizer, name):
+                described += getattr(tokenizer, name).serialized_model_proto()
+    return f"{type(tokenizer).__name__}:{hashlib.blake2b(described, digest_size=16).hexdigest()}"
 
 
 def is_prepared(path: str | os.PathLike) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
-def prepare_corpus(args: DataArguments) -> Corpus:
+def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | None = None) -> Corpus:
     """The corpus of `args`, from its prepared folder in the cache when there is one, else prepared into it first.
-    `args.dataset` may also be a prepared folder itself."""
+    `args.dataset` may also be a prepared folder itself. `tokenizer` (a starting model's) encodes it as a
+    `--tokenizer` would."""
+    given = tokenizer or (load_tokenizer(args.tokenizer) if args.tokenizer else None)
     if is_prepared(args.dataset):
-        return load_prepared(Path(args.dataset), args)
+        corpus = load_prepared(Path(args.dataset), args)
+        if given is not None and tokenizer_identity(given) != tokenizer_identity(corpus.tokenizer):
+            raise ValueError(
+                f"{args.dataset} was prepared with another tokenizer than this run's: pass the data files to prepare "
+                "them with this run's tokenizer, or prepare the folder again (vanilla-transformer prepare)"
+            )
+        return corpus
     sources = split_sources(args)
-    given = load_tokenizer(args.tokenizer) if args.tokenizer else None
     folder = corpus_cache(args) / fingerprint(args, sources, given)
     if not is_prepared(folder):
         build_corpus(folder, sources, given, args)
@@ -522,7 +535,8 @@ def build_corpus(folder: Path, sources: dict[str, SplitSource], tokenizer, args:
         for role, text in texts.items():
             rows[role] = tokenize(text, tokenizer, args, keep_text=role != "train", into=partial / f"{role}.arrow")
             rows[role] = rows[role].num_rows
-        left_out = texts["train"].num_rows - rows["train"]
+        # an evaluation set alone (--extra_eval_datasets) has no training split to leave pairs out of
+        left_out = texts["train"].num_rows - rows["train"] if "train" in texts else 0
         if left_out:
             warnings.warn(
                 f"{left_out} of {texts['train'].num_rows} training pairs left out: longer than max_source_length="
@@ -564,4 +578,72 @@ def load_prepared(folder: Path, args: DataArguments | None = None) -> Corpus:
         )
     splits = {role: datasets.Dataset.from_file(str(folder / f"{role}.arrow")) for role in manifest["splits"]}
     tokenizer = load_tokenizer(folder / TOKENIZER_FOLDER)
-    return Corpus(tokenizer, splits["train"], splits["validation"], splits.get("test"), folder)
+    return Corpus(
+        tokenizer, splits.get("train"), splits.get("validation"), splits.get("test"), folder, manifest["splits"]
+    )
+
+
+# ----------------------------------------------------------------------------- 5. corpora beside the main one
+
+
+def prepare_evaluation_set(args: DataArguments, dataset: str, split: str, tokenizer) -> datasets.Dataset:
+    """One split of another dataset to evaluate on (--extra_eval_datasets), prepared and cached as the corpus is,
+    with the run's tokenizer and length limits, its text kept. Its languages are the run's."""
+    set_args = _beside(args, dataset, train_split="", validation_split=split, test_split=None)
+    try:
+        corpus = prepare_corpus(set_args, tokenizer)
+    except (ValueError, OSError) as error:
+        raise type(error)(f"extra_eval_datasets {dataset}:{split}: {error}") from error
+    # a prepared folder holds the splits it was prepared with, by role
+    roles = corpus.split_names
+    role = next((role for role, name in roles.items() if split in (role, name) and role != "train"), None)
+    if role is None or getattr(corpus, role) is None:
+        raise ValueError(
+            f"extra_eval_datasets {dataset}:{split}: the prepared folder holds no evaluation split {split!r}; it has "
+            + ", ".join(f"{role} ({name})" for role, name in roles.items())
+        )
+    return getattr(corpus, role)
+
+
+def prepare_mix(args: DataArguments, tokenizer) -> datasets.Dataset:
+    """The training pairs of --mix_dataset (replay), prepared and cached as the corpus is, with the run's tokenizer
+    and length limits. Its languages must be the run's."""
+    mix_args = _beside(args, args.mix_dataset, train_split=args.mix_split, validation_split="", test_split=None)
+    try:
+        return prepare_corpus(mix_args, tokenizer).train
+    except (ValueError, OSError) as error:
+        raise type(error)(f"mix_dataset {args.mix_dataset}: {error}") from error
+
+
+def check_beside_sources(args: DataArguments) -> None:
+    """Find the files of the replay corpus and of the extra evaluation sets (not read), so that a missing file,
+    split or language is named before the model or the main corpus loads."""
+    found = [(f"extra_eval_datasets {dataset}:{split}", dataset, split) for _, dataset, split in args.extra_eval_sets()]
+    if args.mix_dataset:
+        found.append((f"mix_dataset {args.mix_dataset}", args.mix_dataset, args.mix_split))
+    for flag, dataset, split in found:
+        if is_prepared(dataset):
+            continue  # its languages are checked when it is loaded
+        try:
+            split_source(dataset, args.source_lang, args.target_lang, split, name=_config_of(args, dataset))
+        except (ValueError, OSError) as error:
+            raise type(error)(f"{flag}: {error}") from error
+
+
+def _beside(args: DataArguments, dataset: str, **splits) -> DataArguments:
+    """The data arguments of a corpus beside the main one: its dataset and splits, the run's languages, limits
+    and cache, and nothing of its own beside."""
+    return dataclasses.replace(
+        args,
+        dataset=dataset,
+        dataset_config=_config_of(args, dataset),
+        extra_eval_datasets=[],
+        mix_dataset=None,
+        mix_ratio=None,
+        **splits,
+    )
+
+
+def _config_of(args: DataArguments, dataset: str) -> str | None:
+    """The Hub configuration name applies to the main dataset; another is read without one."""
+    return args.dataset_config if dataset == args.dataset else None

@@ -2,6 +2,7 @@
 AdamW with the paper's inverse-square-root warm-up, exact resume, periodic evaluation, a Hub-ready output."""
 
 import contextlib
+import copy
 import importlib.util
 import logging
 import os
@@ -23,7 +24,7 @@ from transformers.utils import CONFIG_NAME
 
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .arguments import TOKENIZER_FIELDS, DataArguments, ModelArguments, TrainArguments, switch_names
-from .batches import BatchPlan, OwnMicroBatches, length_array, micro_batch_loader, seq2seq_collator
+from .batches import BatchPlan, OwnMicroBatches, micro_batch_loader, mixed_training_pairs, seq2seq_collator
 from .checkpoints import (
     TrainingState,
     average_weights,
@@ -34,12 +35,19 @@ from .checkpoints import (
     replace_folder,
     resolve_resume,
 )
-from .corpus import Corpus, prepare_corpus
+from .corpus import (
+    Corpus,
+    check_beside_sources,
+    prepare_corpus,
+    prepare_evaluation_set,
+    prepare_mix,
+)
 from .cpu_memory import keep_freed_memory
 from .evaluation import translation_scores, validation_loss
 from .output_folder import (
     BEST,
     CHECKPOINTS,
+    check_not_holding,
     check_output_folder,
     clear_earlier_run,
     push_output_folder,
@@ -47,6 +55,16 @@ from .output_folder import (
     write_results_and_card,
 )
 from .schedule import build_scheduler
+from .starting_model import StartingModel
+from .trained_parts import (
+    add_lora,
+    check_freeze,
+    freeze,
+    plain_model,
+    save_adapter,
+    trainable_parameters,
+    trainable_summary,
+)
 
 
 @contextlib.contextmanager
@@ -161,23 +179,46 @@ class TrainingRun:
         # derived from tokens_per_step for this many processes, if it is set (again from the same arguments: the same)
         budget = train_args.micro_batches_for(self.accelerator.num_processes)
         train_args.max_tokens, train_args.gradient_accumulation_steps = budget
+        # the model to start from: its config alone now, so that a switch set otherwise is refused before any load
+        self.start = StartingModel.find(model_args.from_model) if model_args.from_model else None
+        self.overrides = self.start.check_switches(model_args) if self.start else {}
+        if train_args.lora_r is not None and self.start is None:
+            raise ValueError(f"lora_r={train_args.lora_r} trains adapters on a trained model: pass --from_model")
         # every process, so that all of them stop
         check_output_folder(self.output_dir, bool(train_args.resume_from_checkpoint), train_args.overwrite_output_dir)
+        if self.start is not None:
+            check_not_holding(self.output_dir, self.start.source)
+        check_beside_sources(data_args)
+        check_freeze(train_args.freeze, self.switch_config())
         self.resume_folder = resolve_resume(self.checkpoint_root, train_args.resume_from_checkpoint)
         if self.resume_folder is not None:
-            check_same_model(self.resume_folder, model_args.switch_config(), switch_names())
+            check_same_model(self.resume_folder, self.switch_config(), switch_names())
         if self.accelerator.is_main_process:
             clear_earlier_run(self.output_dir, train_args)
         self.accelerator.wait_for_everyone()
         if train_args.keep_freed_cpu_memory and self.accelerator.device.type == "cpu":
             keep_freed_memory()
-        self.corpus: Corpus = corpus or self.prepare_corpus()
+        self.corpus: Corpus = corpus or self.main_process_first(self.prepare_corpus)
         self.tokenizer = self.corpus.tokenizer
-        self.model = build_model(model_args, self.tokenizer, train_args.seed)
+        # more evaluation sets, and the replay corpus, encoded with the run's tokenizer
+        self.extra_eval = self.main_process_first(
+            lambda: {
+                name: prepare_evaluation_set(data_args, dataset, split, self.tokenizer)
+                for name, dataset, split in data_args.extra_eval_sets()
+            }
+        )
+        mix = self.main_process_first(lambda: prepare_mix(data_args, self.tokenizer)) if data_args.mix_dataset else None
+        if self.start is not None:
+            set_seed(train_args.seed)  # dropout's draws, as a run from scratch seeds them
+            self.model = self.start.model(self.overrides, model_args.attn_implementation)
+        else:
+            self.model = build_model(model_args, self.tokenizer, train_args.seed)
         if self.resume_folder is not None:  # what the tokenizer decides, known now
             check_same_model(self.resume_folder, self.model.config, TOKENIZER_FIELDS)
-        # saved with every folder (best and final), so that generate() decodes as the run evaluated
-        self.model.generation_config = GenerationConfig(
+        # saved with every folder (best and final), so that generate() decodes as the run evaluated; a trained
+        # model's own settings (Marian's forbidden pad token) stay
+        generation = copy.deepcopy(self.model.generation_config) if self.start else GenerationConfig()
+        generation.update(
             num_beams=train_args.num_beams,
             max_new_tokens=train_args.max_new_tokens,
             length_penalty=train_args.length_penalty,
@@ -186,11 +227,21 @@ class TrainingRun:
             pad_token_id=self.model.config.pad_token_id,
             decoder_start_token_id=self.model.config.decoder_start_token_id,
         )
+        if train_args.max_new_tokens is not None:  # a saved max_length (Marian's 512) would only draw a warning
+            generation.max_length = GenerationConfig().max_length
+        self.model.generation_config = generation
+        freeze(self.model, train_args.freeze)
+        if train_args.lora_r is not None:
+            self.model = add_lora(
+                self.model, train_args.lora_r, train_args.lora_alpha, train_args.lora_dropout, train_args.lora_targets
+            )
+        self.trainable_parameters = trainable_parameters(self.model)
+        self.accelerator.print(trainable_summary(self.model))
         # the model shifts the labels into decoder inputs itself: the collator, which runs in the data loader's
         # workers, needs no model
         self.collator = seq2seq_collator(self.tokenizer)
         optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [parameter for parameter in self.model.parameters() if parameter.requires_grad],
             lr=train_args.peak_learning_rate(self.model.config.d_model),
             betas=(train_args.adam_beta1, train_args.adam_beta2),
             eps=train_args.adam_epsilon,
@@ -199,12 +250,23 @@ class TrainingRun:
         self.state = TrainingState()
         scheduler = build_scheduler(optimizer, train_args, self.state)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
-        self.plan = BatchPlan(length_array(self.corpus.train), train_args.max_tokens, train_args.seed)
+        self.train_pairs, lengths = mixed_training_pairs(self.corpus.train, mix, data_args.mix_ratio, train_args.seed)
+        self.plan = BatchPlan(lengths, train_args.max_tokens, train_args.seed)
         self.micro_batches = None  # the data loader's iterator, started where the run starts (or resumes)
         self.data_wait = 0.0  # seconds the loop waited for micro-batches, since the last log line
         self.launch_data_wait, self.launch_seconds = 0.0, 0.0  # and in all of this launch, of its training time
         if tensorboard:
             self.accelerator.init_trackers("train", config=self.hyperparameters())
+
+    def switch_config(self):
+        """The switches the model will have: the starting model's with the regularisation this run sets, or the
+        flags' own."""
+        if self.start is None:
+            return self.model_args.switch_config()
+        config = copy.deepcopy(self.start.config)
+        for name, value in self.overrides.items():
+            setattr(config, name, value)
+        return config
 
     @property
     def unwrapped(self) -> VanillaTransformerForConditionalGeneration:
@@ -214,18 +276,24 @@ class TrainingRun:
         values = {**vars(self.model_args), **vars(self.data_args), **vars(self.args)}
         return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in values.items()}
 
-    def prepare_corpus(self) -> Corpus:
-        """The main process prepares the corpus (or finds it in the cache) while the others wait, then they map the
-        same folder. Should it fail, the others are let go too, and fail preparing it themselves."""
+    def main_process_first(self, prepare):
+        """`prepare()` in the main process while the others wait, then in the others, which find its result in the
+        cache and map the same folder. Should it fail, the others are let go too, and fail preparing it themselves."""
         accelerator = self.accelerator
         if not accelerator.is_main_process:
             accelerator.wait_for_everyone()
         try:
-            corpus = prepare_corpus(self.data_args)
+            return prepare()
         finally:
             if accelerator.is_main_process:
                 accelerator.wait_for_everyone()
-        accelerator.print(f"corpus: {corpus.folder}" if corpus.folder else "corpus: in memory")
+
+    def prepare_corpus(self) -> Corpus:
+        """The corpus, encoded with the starting model's tokenizer when the run starts from one (a --tokenizer with
+        another vocabulary is refused, naming both)."""
+        tokenizer = self.start.tokenizer(also_named=self.data_args.tokenizer) if self.start else None
+        corpus = prepare_corpus(self.data_args, tokenizer)
+        self.accelerator.print(f"corpus: {corpus.folder}" if corpus.folder else "corpus: in memory")
         return corpus
 
     def start_micro_batches(self) -> None:
@@ -240,7 +308,7 @@ class TrainingRun:
         )
         on_gpu = self.accelerator.device.type == "cuda"
         loader = micro_batch_loader(
-            self.corpus.train,
+            self.train_pairs,
             self.collator,
             sampler,
             self.args.dataloader_num_workers,
@@ -305,14 +373,17 @@ class TrainingRun:
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             self.state.save(partial)
-            # the model's switches, which a resumed run is checked against before it loads the weights
+            # the model's switches, which a resumed run is checked against before it loads the weights; with the
+            # tokenizer and generation config, a checkpoint is a folder that --from_model and from_pretrained load
             self.unwrapped.config.to_json_file(partial / CONFIG_NAME)
+            self.unwrapped.generation_config.save_pretrained(partial)
+            self.tokenizer.save_pretrained(partial)
             replace_folder(partial, folder)
             prune(self.checkpoint_root, max(self.args.save_total_limit, self.args.average_last_checkpoints))
         self.accelerator.wait_for_everyone()
 
-    def evaluate(self, dataset, limit: int | None = None) -> dict[str, float]:
-        model = self.unwrapped
+    def evaluate(self, dataset, limit: int | None = None, model=None) -> dict[str, float]:
+        model = model or self.unwrapped
         if limit is not None:
             dataset = dataset.select(range(min(limit, len(dataset))))
         loss = validation_loss(model, dataset, self.collator, self.args.max_tokens, self.accelerator.device)
@@ -329,19 +400,44 @@ class TrainingRun:
         )
         return {"loss": loss, **scores}
 
-    def evaluate_and_keep_best(self) -> dict[str, float]:
-        metrics = {}
+    def evaluate_and_keep_best(self, whole: bool = False) -> dict:
+        """Validation (and each extra evaluation set) scored, in the history; the best model by validation BLEU in
+        best/. Returns {set name: scores}, "validation" first (empty outside the main process). `whole` sets are
+        scored whole, not cut at max_eval_samples, as the final model is: the "before" of a run from a model."""
+        scored = {}
         if self.accelerator.is_main_process:
-            metrics = self.evaluate(self.corpus.validation, self.data_args.max_eval_samples)
-            self.state.history.append({"step": self.state.step, **metrics})
+            limit = None if whole else self.data_args.max_eval_samples
+            scored = {"validation": self.evaluate(self.corpus.validation, limit)}
+            scored.update((name, self.evaluate(dataset, limit)) for name, dataset in self.extra_eval.items())
+            metrics = scored["validation"]
+            entry = {"step": self.state.step, **metrics}
+            if self.extra_eval:
+                entry["sets"] = {name: scores for name, scores in scored.items() if name != "validation"}
+            self.state.history.append(entry)
             # on lowercased training text, cased BLEU would mostly measure capitalisation
             score = metrics["bleu_lowercased" if self.data_args.lowercase else "bleu"]
             if score > self.state.best_bleu:
                 self.state.best_bleu, self.state.best_step = score, self.state.step
                 # a complete folder: translate and from_pretrained load it like the final one
-                save_model_folder(self.unwrapped, self.tokenizer, self.output_dir / BEST)
+                save_model_folder(plain_model(self.unwrapped), self.tokenizer, self.output_dir / BEST)
         self.accelerator.wait_for_everyone()
-        return metrics
+        return scored
+
+    def evaluate_and_report(self, progress: tqdm, whole: bool = False) -> None:
+        """`evaluate_and_keep_best`, written under the progress bar and logged: the validation scores, then each
+        extra set's."""
+        scored = self.evaluate_and_keep_best(whole)
+        if not scored:
+            return
+        described = "; ".join(
+            ("" if name == "validation" else f"{name}: ") + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
+            for name, scores in scored.items()
+        )
+        progress.write(f"step {self.state.step}: {described}")
+        logged = {f"eval/{k}": v for k, v in scored["validation"].items()}
+        logged.update((f"eval/{name}/{k}", v) for name, scores in scored.items() if name != "validation"
+                      for k, v in scores.items())  # fmt: skip
+        self.accelerator.log(logged, step=self.state.step)
 
     def resume(self) -> None:
         folder = self.resume_folder
@@ -381,8 +477,12 @@ class TrainingRun:
 
     def run(self) -> dict:
         self.resume()
-        self.model.train()
         progress = self.progress_bar()
+        if self.state.step == 0 and (self.start is not None or self.extra_eval):
+            # where the run starts: a trained model's own scores (proof that every weight loaded), the "before" of
+            # every set, on the whole sets as the final model's "after"; outside the training time
+            self.evaluate_and_report(progress, whole=True)
+        self.model.train()
         carried, launched = self.state.train_seconds, self.clock()
         # with several processes each gets the signal at its own moment, and they must stop at the same step
         interrupt = InterruptBetweenSteps(enabled=self.accelerator.num_processes == 1)
@@ -437,10 +537,7 @@ class TrainingRun:
             if self.args.save_steps > 0 and self.state.step % self.args.save_steps == 0:
                 self.save_checkpoint()
             if self.args.eval_steps > 0 and self.state.step % self.args.eval_steps == 0:
-                metrics = self.evaluate_and_keep_best()
-                if metrics:
-                    progress.write(f"step {self.state.step}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
-                    self.accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.state.step)
+                self.evaluate_and_report(progress)
 
     def finish(self) -> dict:
         """Average the last checkpoints if asked, write the model folder, score the model, write results.json and
@@ -470,12 +567,22 @@ class TrainingRun:
         }
         if self.accelerator.device.type == "cuda":
             results["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if self.start is not None:
+            results["from_model"] = self.start.source
+        results["trainable_parameters"] = self.trainable_parameters
         if self.accelerator.is_main_process:
-            save_model_folder(model, self.tokenizer, self.output_dir)
+            plain = plain_model(model)  # a LoRA run's adapters merged: a folder that loads like any other
+            save_model_folder(plain, self.tokenizer, self.output_dir)
+            save_adapter(model, self.output_dir)
             try:
                 for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):
                     if dataset is not None:
-                        results[name] = self.evaluate(dataset)
+                        results[name] = self.evaluate(dataset, model=plain)
+                if self.extra_eval:
+                    results["extra_evaluation"] = {
+                        name: self.evaluate(dataset, model=plain) for name, dataset in self.extra_eval.items()
+                    }
+                results["evaluation_sets"] = self.before_and_after(results)
             except Exception as error:
                 failures.append(("scoring the final model", error))
             results.update(
@@ -485,7 +592,7 @@ class TrainingRun:
                 machine=f"{platform.machine()}, {torch.get_num_threads()} threads, {self.accelerator.device}",
             )
             try:
-                write_results_and_card(model, results, self.output_dir, self.data_args, self.args)
+                write_results_and_card(plain, results, self.output_dir, self.data_args, self.args)
             except Exception as error:
                 failures.append(("writing results.json and the model card", error))
             if self.args.push_to_hub:
@@ -503,6 +610,16 @@ class TrainingRun:
                 f"training ended at step {self.state.step} and the model is saved in {self.output_dir}, but {described}"
             ) from failures[0][1]
         return results
+
+    def before_and_after(self, results: dict) -> dict:
+        """{set: {"before": scores at step 0, "after": the final model's}} of validation and each extra set, where
+        the run scored step 0 (it starts from a model, or has extra sets)."""
+        start = self.state.history[0] if self.state.history and self.state.history[0]["step"] == 0 else None
+        if start is None:
+            return {}
+        before = {"validation": {k: v for k, v in start.items() if k not in ("step", "sets")}, **start.get("sets", {})}
+        after = {"validation": results.get("validation"), **results.get("extra_evaluation", {})}
+        return {name: {"before": before[name], "after": after[name]} for name in before if after.get(name)}
 
     def release_ddp_wrapper(self) -> None:
         """Drop the DDP wrapper while the process group is still registered, before `end_training` destroys it.

@@ -69,9 +69,32 @@ def card_results(model, results: dict, data_args: DataArguments, args: TrainArgu
         warmup_steps=args.warmup_steps,
         label_smoothing=model.config.label_smoothing,
         averaged_checkpoints=results["averaged_checkpoints"],
+        trained_parts=trained_parts(args),
+        trainable_parameters=results.get("trainable_parameters"),
+        replay=f"{data_args.mix_dataset} ({data_args.mix_split}), {data_args.mix_ratio:.0%} of the pairs"
+        if data_args.mix_dataset
+        else None,
         train_minutes=None if seconds is None else round(seconds / 60, 1),
         machine=results.get("machine"),
+        from_model=results.get("from_model"),
+        before_and_after=[
+            (name, scores["before"]["bleu"], scores["after"]["bleu"], scores["before"]["chrf"], scores["after"]["chrf"])
+            for name, scores in (results.get("evaluation_sets") or {}).items()
+        ]
+        or None,
     )
+
+
+def trained_parts(args: TrainArguments) -> str:
+    if args.lora_r is not None:
+        alpha = 2 * args.lora_r if args.lora_alpha is None else args.lora_alpha
+        return (
+            f"LoRA adapters (r {args.lora_r}, alpha {alpha:g}) on {', '.join(args.lora_targets)}, merged into the "
+            "weights (the adapters alone in adapter/)"
+        )
+    if args.freeze:
+        return f"every weight but the frozen {', '.join(args.freeze)}"
+    return "every weight"
 
 
 def write_results_and_card(
@@ -91,3 +114,16 @@ def push_output_folder(output_dir: Path, args: TrainArguments) -> None:
         create_pr=args.hub_create_pr,
         token=args.hub_token,
     )
+
+
+def check_not_holding(folder: Path, source: str) -> None:
+    """Refuse an output folder that is the local model a run starts from, or a folder above it: clearing it
+    (--overwrite_output_dir) or writing the run's model there would lose the model before it is read."""
+    start = Path(source)
+    if not start.exists():
+        return  # a Hub id
+    start, folder = start.resolve(), folder.resolve()
+    if folder == start or folder in start.parents:
+        raise ValueError(
+            f"output_dir {folder} holds the model the run starts from (--from_model {source}): name another folder"
+        )

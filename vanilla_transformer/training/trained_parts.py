@@ -1,0 +1,118 @@
+"""What a run trains: every weight (the default), every weight but the parts `--freeze` names, or LoRA adapters
+through PEFT (`--lora_r`), whose run ends with the adapters merged into a plain model and saved beside it."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+from pathlib import Path
+
+from ..export.ctranslate2_spec import MissingExtraError
+
+# the parts --freeze takes; "encoder:N" / "decoder:N" are the first N layers of a stack
+FREEZABLE_PARTS = ("embeddings", "encoder", "decoder", "generator")
+FIRST_LAYERS = re.compile(r"(?P<stack>encoder|decoder):(?P<layers>[1-9]\d*)")
+FREEZE_HELP = (
+    "embeddings (token embeddings and learned positions), encoder, decoder (their layers and final norms), generator "
+    "(the output projection: the embeddings when tied), encoder:N / decoder:N (the first N layers of a stack)"
+)
+# every projection of attention (fused q/k/v of self-attention, q and fused k/v of cross-attention, output) and of
+# the feed-forward network
+LORA_TARGETS = ("qkv_proj", "q_proj", "kv_proj", "o_proj", "up_proj", "down_proj")
+ADAPTER_FOLDER = "adapter"
+
+
+def check_freeze(parts: list[str], config=None) -> None:
+    """Refuse a part that no model has (when the flags are parsed), or, given the model's `config`, more layers than
+    its stack has (before anything loads)."""
+    for part in parts:
+        match = FIRST_LAYERS.fullmatch(part)
+        if part not in FREEZABLE_PARTS and not match:
+            raise ValueError(f"freeze={part!r} names no part of the model: the parts are {FREEZE_HELP}")
+        layers = getattr(config, f"{match['stack']}_layers", None) if match else None
+        if layers is not None and int(match["layers"]) > layers:
+            count = f"{layers} layer" + ("s" if layers != 1 else "")
+            raise ValueError(
+                f"freeze={part!r}: the model's {match['stack']} has {count}, so {match['stack']}:N takes N from 1 to "
+                f"{layers}"
+            )
+
+
+def check_peft_installed() -> None:
+    if importlib.util.find_spec("peft") is None:
+        raise MissingExtraError(
+            'LoRA (--lora_r) needs peft, which is not installed: pip install "vanilla-transformer[lora]"'
+        )
+
+
+def part_parameters(model, part: str) -> list:
+    """The parameters of one --freeze part of a VanillaTransformerForConditionalGeneration."""
+    stacks = {"encoder": model.model.encoder, "decoder": model.model.decoder}
+    if part == "embeddings":
+        modules = [stack.embeddings for stack in stacks.values()]
+        if getattr(model.model, "shared", None) is not None:
+            modules.append(model.model.shared)
+        return [p for module in modules for p in module.parameters()]
+    if part == "generator":
+        return list(model.lm_head.parameters())
+    if part in stacks:
+        return [p for name, p in stacks[part].named_parameters() if not name.startswith("embeddings.")]
+    match = FIRST_LAYERS.fullmatch(part)
+    stack, layers = stacks[match["stack"]], int(match["layers"])
+    return [p for layer in stack.layers[:layers] for p in layer.parameters()]
+
+
+def freeze(model, parts: list[str]) -> None:
+    """Stop the gradients of the named parts; an error if nothing is left to train."""
+    check_freeze(parts, model.config)
+    for part in parts:
+        for parameter in part_parameters(model, part):
+            parameter.requires_grad_(False)
+    if parts and not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"freeze={' '.join(parts)} freezes every weight of the model: nothing is left to train")
+
+
+def add_lora(model, rank: int, alpha: float | None, dropout: float, targets: list[str]):
+    """The model with LoRA adapters of `rank` on the `targets` projections (PEFT), only the adapters trainable."""
+    check_peft_installed()
+    import peft
+
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    absent = sorted(set(targets) - present)
+    if absent:
+        available = ", ".join(target for target in LORA_TARGETS if target in present)
+        raise ValueError(f"lora_targets {', '.join(absent)}: the model has no such projection; it has {available}")
+    config = peft.LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank if alpha is None else alpha,
+        lora_dropout=dropout,
+        target_modules=list(targets),
+        task_type=peft.TaskType.SEQ_2_SEQ_LM,
+    )
+    return peft.get_peft_model(model, config)
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def plain_model(model):
+    """The model to save and load: a copy with the LoRA adapters merged into its weights, or the model itself."""
+    return copy.deepcopy(model).merge_and_unload() if is_lora(model) else model
+
+
+def save_adapter(model, folder: Path) -> None:
+    """A LoRA run's adapters alone (PEFT's adapter_config.json and adapter_model.safetensors) in folder/adapter."""
+    if is_lora(model):
+        model.save_pretrained(folder / ADAPTER_FOLDER)
+
+
+def trainable_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def trainable_summary(model) -> str:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = trainable_parameters(model)
+    return f"trainable parameters: {trainable:,} of {total:,} ({trainable / max(total, 1):.1%})"
