@@ -169,3 +169,34 @@ def test_the_wmt14_recipe_runs_end_to_end_at_a_tiny_size(tmp_path):
     generation = json.loads((output / "generation_config.json").read_text())
     assert (generation["num_beams"], generation["length_penalty"], generation.get("max_new_tokens")) == (4, 0.6, None)
     assert "compounds split: the paper's WMT14 scoring" in (output / "README.md").read_text()
+
+
+def test_the_finetune_benchmark_prints_a_row_for_each_way_and_the_seq2seq_trainer_ratio(tmp_path):
+    """benchmarks.finetune at a smoke size: a demo of a few seconds, a few steps of each row."""
+    pytest.importorskip("peft")
+    command = [sys.executable, "-m", "benchmarks.finetune", "--work", str(tmp_path), "--demo-minutes", "0.05",
+               "--demo-train-size", "300", "--new-train", "40", "--new-test", "6", "--old-test", "6", "--steps", "2",
+               "--warmup-steps", "1", "--max-tokens", "512", "--speed-pairs", "2"]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "%" in line]
+    assert [row[0] for row in rows] == [
+        "| full fine-tuning",
+        "| full, with replay of the old domain",
+        "| encoder frozen",
+        "| LoRA",
+        "| full fine-tuning, transformers' Seq2SeqTrainer, its default sampler (random batches)",
+        "| full fine-tuning, transformers' Seq2SeqTrainer, group_by_length",
+    ]
+    trainable = [int(row[6].replace(",", "")) for row in rows]
+    assert trainable[2] < trainable[0] == trainable[1] == trainable[4] == trainable[5] and trainable[3] < trainable[2]
+    assert all(0 < float(row[8].rstrip("% |")) <= 100 for row in rows)  # the share of tokens that are not padding
+    for sampler in ("random", "group_by_length"):
+        assert f"ours / Seq2SeqTrainer ({sampler}), training tokens/s" in completed.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {sampler: len(ratios) for sampler, ratios in results["speed_ratios"].items()} == {
+        "random": 2,
+        "group_by_length": 2,
+    }
+    assert all(ratio > 0 for ratios in results["speed_ratios"].values() for ratio in ratios)
+    assert all(0 <= row["new_after"] <= 100 and row["tokens_per_second"] > 0 for row in results["rows"])

@@ -278,3 +278,37 @@ def test_a_run_from_a_marian_model_starts_at_marians_own_validation_loss(
     run, _ = finetune(corpus_folder, tmp_path / "converted", tmp_path / "from-converted", "--max_steps", "1")
     assert run.state.history[0]["loss"] == pytest.approx(own, rel=1e-5)
     assert results["evaluation_sets"]["validation"]["before"]["loss"] == pytest.approx(own, rel=1e-5)
+
+
+def test_a_hub_id_of_ours_starts_from_the_cache_when_offline(corpus_folder, base_run, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    cache, commit = tmp_path / "hub-cache", "0" * 40
+    repo = cache / "models--someone--numbers-en-de"
+    shutil.copytree(base_run, repo / "snapshots" / commit, ignore=shutil.ignore_patterns("checkpoints", "best"))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    run, results = finetune(corpus_folder, "someone/numbers-en-de", tmp_path / "fine")
+    own = own_validation_loss(VanillaTransformerForConditionalGeneration.from_pretrained(base_run), run)
+    assert run.state.history[0]["loss"] == pytest.approx(own, rel=1e-6)
+    assert results["from_model"] == "someone/numbers-en-de"
+
+
+def _hub_answers() -> bool:
+    from vanilla_transformer.hub.connection import hub_reachable, offline_mode
+
+    return not offline_mode() and hub_reachable()
+
+
+@pytest.mark.skipif(not _hub_answers(), reason="live test: the Hub is unreachable")
+def test_live_opus_mt_en_de_fine_tunes_from_marians_own_loss(corpus_folder, tmp_path):
+    pytest.importorskip("sentencepiece")
+    from transformers import MarianMTModel
+
+    run, results = finetune(corpus_folder, "Helsinki-NLP/opus-mt-en-de", tmp_path / "fine", "--max_steps", "2")
+    own = own_validation_loss(MarianMTModel.from_pretrained("Helsinki-NLP/opus-mt-en-de"), run)
+    assert run.state.history[0]["loss"] == pytest.approx(own, rel=1e-5)
+    assert results["train_steps"] == 2 and (tmp_path / "fine" / "source.spm").is_file()
