@@ -1272,3 +1272,138 @@ def test_weights_that_do_not_fit_the_config_are_refused_not_left_at_random(
     assert main([*argv, "--from_model", str(start)]) == 2
     line = error_line(capsys, "train")
     assert "its weights do not fit its config (missing keys: " in line and "feed_forward" in line
+
+
+# ------------------------------------------------------------------------ the prepared corpus and the data loader
+
+
+def prepare_into(corpus_folder, cache: Path) -> Path:
+    """`vanilla-transformer prepare` of the numbers corpus into `cache`; the prepared folder."""
+    assert main(["prepare", *tiny_train_flags(corpus_folder), "--cache_dir", str(cache)]) == 0
+    (folder,) = [path for path in cache.iterdir() if (path / "corpus.json").is_file()]
+    return folder
+
+
+def cut_to_a_third(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+
+
+def test_a_damaged_file_in_the_corpus_cache_is_prepared_again_with_a_warning_naming_it(corpus_folder, tmp_path):
+    cache = tmp_path / "cache"
+    folder = prepare_into(corpus_folder, cache)
+    size = (folder / "train.arrow").stat().st_size
+    cut_to_a_third(folder / "train.arrow")
+    flags = [*tiny_train_flags(corpus_folder), "--cache_dir", str(cache), "--output_dir", str(tmp_path / "run")]
+    damaged = rf"the prepared corpus {re.escape(str(folder))} is damaged: .*train\.arrow holds {size // 3:,} bytes"
+    with pytest.warns(UserWarning, match=damaged + rf", and the preparation wrote {size:,}; it is prepared again"):
+        assert main(["train", *flags]) == 0
+    assert (folder / "train.arrow").stat().st_size == size  # prepared again, in the same place
+    assert sorted(path.name for path in cache.iterdir()) == [folder.name, "file_digests.json"]  # nothing else left
+
+
+@pytest.mark.parametrize("damage", ["cut", "deleted", "tokenizer cut"])
+def test_a_damaged_prepared_folder_given_as_dataset_is_one_line_naming_the_file_and_the_remedy(
+    corpus_folder, tmp_path, capsys, damage
+):
+    folder = prepare_into(corpus_folder, tmp_path / "cache")
+    damaged = folder / ("tokenizer/tokenizer.json" if damage == "tokenizer cut" else "train.arrow")
+    if damage == "deleted":
+        damaged.unlink()
+    else:
+        cut_to_a_third(damaged)
+    capsys.readouterr()
+    argv = ["train", *tiny_train_flags(corpus_folder), "--dataset", str(folder), "--output_dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    line = error_line(capsys, "train")
+    assert f"the prepared corpus {folder} is damaged: {damaged}" in line
+    assert "is missing" in line if damage == "deleted" else "bytes, and the preparation wrote" in line
+    assert "prepare it again (vanilla-transformer prepare" in line and "or pass the data files as --dataset" in line
+
+
+KILLED_WHILE_PREPARING = """
+import os, signal, sys
+from vanilla_transformer.cli import main
+from vanilla_transformer.training import corpus
+
+def tokenize_then_die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)  # an OOM kill, a lost node: no code of ours runs after it
+
+corpus.tokenize = tokenize_then_die
+sys.exit(main(["prepare", *sys.argv[1:]]))
+"""
+
+
+def test_a_killed_preparation_leaves_nothing_behind_after_the_next_one(corpus_folder, tmp_path):
+    cache = tmp_path / "cache"
+    flags = [*tiny_train_flags(corpus_folder), "--cache_dir", str(cache)]
+    killed = run_training_script(KILLED_WHILE_PREPARING, flags)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    left = sorted(path.name for path in cache.iterdir() if path.name.startswith(".") and "partial" in path.name)
+    assert [name.rsplit(".", 1)[-1] for name in left] == ["partial", "lock"]  # what the kill left
+    with pytest.warns(UserWarning, match=r"removed .*\.partial, left by a preparation that did not finish") as said:
+        prepare_into(corpus_folder, cache)
+    assert len([warning for warning in said if "left by a preparation" in str(warning.message)]) == 1
+    assert not [path for path in cache.iterdir() if "partial" in path.name]
+
+
+def test_the_partial_folder_of_a_preparation_still_running_is_left_alone(corpus_folder, tmp_path):
+    import fcntl
+
+    # another preparation, running (here, on another host of a shared disk): its partial folder, and its lock held
+    # (from this process: flock conflicts between two opens of the file)
+    other = tmp_path / "cache" / ".0123456789abcdef0123.999999.partial"
+    other.mkdir(parents=True)
+    (other / "train.text.arrow").write_bytes(b"half written")
+    lock = other.with_name(other.name + ".lock")
+    lock.write_text("")
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        prepare_into(corpus_folder, tmp_path / "cache")
+        assert (other / "train.text.arrow").read_bytes() == b"half written" and lock.exists()
+    # its process gone (the lock free), the next run removes it
+    with pytest.warns(UserWarning, match="999999.partial, left by a preparation that did not finish"):
+        prepare_into(corpus_folder, tmp_path / "cache")
+    assert not other.exists() and not lock.exists()
+
+
+KILLED_LOADER_WORKER = """
+import os, signal, sys
+from vanilla_transformer.cli import main
+from vanilla_transformer.training import TrainingRun
+
+train_step = TrainingRun.train_step
+
+def train_step_then_kill_the_worker(self):
+    if self.state.step == 3:
+        for worker in self.micro_batches._workers:  # the loader's worker processes
+            os.kill(worker.pid, signal.SIGKILL)  # as the out-of-memory killer does
+    return train_step(self)
+
+TrainingRun.train_step = train_step_then_kill_the_worker
+sys.exit(main(["train", *sys.argv[1:]]))
+"""
+
+
+def test_a_killed_data_loader_worker_is_one_line_saying_the_checkpoint_is_intact_and_how_to_resume(
+    corpus_folder, tmp_path
+):
+    output = tmp_path / "run"
+    flags = [*tiny_train_flags(corpus_folder), "--max_steps", "6", "--save_steps", "2", "--output_dir", str(output)]
+    failed = run_training_script(KILLED_LOADER_WORKER, [*flags, "--dataloader_num_workers", "1"])
+    assert failed.returncode == 2, failed.stderr[-2000:]
+    line = failed.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"vanilla-transformer train: error: a data loader worker died \(pid \d+, killed by signal SIGKILL \(Killed\)\) "
+        rf"after step 3; the last checkpoint, {re.escape(str(output / 'checkpoints' / 'step-2'))}, is intact: "
+        r"--resume_from_checkpoint latest continues the run \(the out-of-memory killer sends SIGKILL: .*\) "
+        r"\(--debug shows the traceback\)",
+        line,
+    ), line
+    assert "Traceback" not in failed.stderr
+    resumed = run_training_script(
+        "import sys; from vanilla_transformer.cli import main; sys.exit(main(['train', *sys.argv[1:]]))",
+        [*flags, "--resume_from_checkpoint", "latest"],
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((output / "results.json").read_text())["train_steps"] == 6

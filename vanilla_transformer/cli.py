@@ -16,6 +16,7 @@ from .inference import add_translate_subcommand
 from .tokenization import add_tokenizer_subcommand
 from .training import RunEndedWithErrors, add_prepare_subcommand, add_train_subcommand, run_prepare, run_train
 from .training.arguments import OneLineErrors
+from .training.batches import DataLoaderWorkerDied
 from .training.classification import add_classify_subcommand, run_classify
 from .visualization import add_plot_subcommand
 
@@ -49,10 +50,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # What a user's input can cause: bad values, files that are missing or unreadable, a broken YAML file, a config
-# field out of range; an optional extra not installed; and a run whose model was saved but a step after it failed (its
-# cause is chained for --debug).
+# field out of range; an optional extra not installed; a run whose model was saved but a step after it failed (its
+# cause is chained for --debug); a data loader worker killed (the out-of-memory killer), after which the run resumes
+# from its last checkpoint.
 # Anything else is a bug in this package and keeps its traceback.
-USER_ERRORS = (ValueError, OSError, yaml.YAMLError, StrictDataclassError, RunEndedWithErrors, MissingExtraError)
+USER_ERRORS = (
+    ValueError,
+    OSError,
+    yaml.YAMLError,
+    StrictDataclassError,
+    RunEndedWithErrors,
+    MissingExtraError,
+    DataLoaderWorkerDied,
+)
 DEBUG_VARIABLE = "VANILLA_TRANSFORMER_DEBUG"
 
 

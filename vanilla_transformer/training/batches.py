@@ -4,6 +4,8 @@ needs them."""
 
 from __future__ import annotations
 
+import re
+import signal
 from collections.abc import Iterator, Sequence
 
 import datasets
@@ -167,4 +169,35 @@ def micro_batch_loader(
         # its own: seeding the workers would otherwise draw from torch's global generator, whose state (dropout's)
         # a checkpoint saves, and a resumed run would start its loader one draw off an uninterrupted one
         generator=torch.Generator().manual_seed(0),
+    )
+
+
+class DataLoaderWorkerDied(RuntimeError):
+    """A process of the data loader died (the out-of-memory killer, a signal) and the run stopped."""
+
+
+# torch's words for it: "DataLoader worker (pid 123) is killed by signal: Killed." when the SIGCHLD handler sees a
+# worker killed, "DataLoader worker (pid(s) 123) exited unexpectedly" when the loader finds it gone
+_WORKER_DEATH = re.compile(
+    r"DataLoader worker \(pid(?:\(s\))? (?P<pids>[\d, ]+)\) "
+    r"(?:is killed by signal: (?P<signal>[^.]+)|exited unexpectedly)"
+)
+_SIGNAL_NAMES = {signal.strsignal(number): number.name for number in signal.Signals if signal.strsignal(number)}
+
+
+def worker_death(error: BaseException) -> str | None:
+    """What torch's error says of a data loader worker that died ("pid 123, killed by signal SIGKILL (Killed)"), or
+    None for any other error."""
+    match = _WORKER_DEATH.search(str(error))
+    if match is None:
+        return None
+    pids = match["pids"].strip()
+    if match["signal"] is None:
+        return f"pid {pids}, exited unexpectedly"
+    description = match["signal"].strip()
+    name = _SIGNAL_NAMES.get(description)
+    return (
+        f"pid {pids}, killed by signal {name} ({description})"
+        if name
+        else f"pid {pids}, killed by signal {description}"
     )

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from itertools import zip_longest
@@ -36,6 +35,14 @@ from ..hub.push import HUB_ID
 from ..inference.loading import load_tokenizer
 from ..tokenization import MIN_FREQUENCY, iter_lines, open_text, train_tokenizer
 from .arguments import DataArguments
+from .prepared_folder import (
+    DamagedCorpusError,
+    check_file_sizes,
+    file_sizes,
+    preparing,
+    remove_abandoned,
+    remove_damaged,
+)
 
 # ------------------------------------------------------------------------------------------------- 1. reading text
 
@@ -506,7 +513,14 @@ def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | Non
     `--tokenizer` would."""
     given = tokenizer or (load_tokenizer(args.tokenizer) if args.tokenizer else None)
     if is_prepared(args.dataset):
-        corpus = load_prepared(Path(args.dataset), args)
+        try:
+            corpus = load_prepared(Path(args.dataset), args)
+        except DamagedCorpusError as error:
+            raise DamagedCorpusError(
+                error.folder,
+                f"{error.what}: prepare it again (vanilla-transformer prepare with the flags that made it, into an "
+                "empty --cache_dir) or copy it again, or pass the data files as --dataset",
+            ) from error
         if given is not None and tokenizer_identity(given) != tokenizer_identity(corpus.tokenizer):
             raise ValueError(
                 f"{args.dataset} was prepared with another tokenizer than this run's: pass the data files to prepare "
@@ -515,7 +529,16 @@ def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | Non
         return corpus
     sources = split_sources(args)
     folder = corpus_cache(args) / fingerprint(args, sources, given)
-    if not is_prepared(folder):
+    for abandoned in remove_abandoned(folder.parent):
+        warnings.warn(f"removed {abandoned}, left by a preparation that did not finish", stacklevel=2)
+    if is_prepared(folder):
+        try:
+            return load_prepared(folder, args)
+        except DamagedCorpusError as error:
+            # the cache can make it again from the data: it does, rather than stop the run
+            warnings.warn(f"{error}; it is prepared again", stacklevel=2)
+            remove_damaged(folder)
+    if not is_prepared(folder):  # another process may have prepared it meanwhile
         build_corpus(folder, sources, given, args)
     return load_prepared(folder, args)
 
@@ -523,10 +546,7 @@ def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | Non
 def build_corpus(folder: Path, sources: dict[str, SplitSource], tokenizer, args: DataArguments) -> None:
     """Prepare into a partial folder and rename it into place when complete, so that a folder with a manifest is
     always whole; a process that loses a race to prepare the same corpus keeps the winner's."""
-    partial = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    try:
+    with preparing(folder) as partial:
         # every split is read before a tokenizer is trained, so that a broken one is found out at once
         texts = {role: read_split(source, partial / f"{role}.text.arrow") for role, source in sources.items()}
         tokenizer = tokenizer or obtain_tokenizer(args, texts["train"])
@@ -555,17 +575,21 @@ def build_corpus(folder: Path, sources: dict[str, SplitSource], tokenizer, args:
             "left_out_training_pairs": left_out,
             "max_source_length": args.max_source_length,
             "max_target_length": args.max_target_length,
+            # what opening the folder checks: a file cut short or lost since is named, not misread
+            "files": file_sizes(partial),
         }
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         with contextlib.suppress(OSError):  # another process renamed its copy first: it is the same corpus
             partial.rename(folder)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
 
 
 def load_prepared(folder: Path, args: DataArguments | None = None) -> Corpus:
-    """Memory-map a prepared folder's splits (nothing is read into memory) and load its tokenizer."""
-    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    """Memory-map a prepared folder's splits (nothing is read into memory) and load its tokenizer. A file missing, of
+    another size than the preparation wrote, or unreadable is a `DamagedCorpusError` naming it."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise DamagedCorpusError(folder, f"{folder / MANIFEST} is not JSON ({error})") from error
     if manifest.get("format") != CORPUS_FORMAT:
         raise ValueError(
             f"{folder} was prepared in format {manifest.get('format')}, this version reads {CORPUS_FORMAT}: "
@@ -576,8 +600,18 @@ def load_prepared(folder: Path, args: DataArguments | None = None) -> Corpus:
             f"{folder} is prepared for {'->'.join(manifest['languages'])}, not "
             f"{args.source_lang}->{args.target_lang} (--source_lang/--target_lang)"
         )
-    splits = {role: datasets.Dataset.from_file(str(folder / f"{role}.arrow")) for role in manifest["splits"]}
-    tokenizer = load_tokenizer(folder / TOKENIZER_FOLDER)
+    check_file_sizes(folder, manifest.get("files", {}))  # folders prepared before the sizes were kept: not checked
+    splits = {}
+    for role in manifest["splits"]:
+        path = folder / f"{role}.arrow"
+        try:
+            splits[role] = datasets.Dataset.from_file(str(path))
+        except (pa.ArrowException, OSError) as error:
+            raise DamagedCorpusError(folder, f"{path} does not read ({error})") from error
+    try:
+        tokenizer = load_tokenizer(folder / TOKENIZER_FOLDER)
+    except OSError as error:  # CorruptFileError and a missing tokenizer alike
+        raise DamagedCorpusError(folder, str(error)) from error
     return Corpus(
         tokenizer, splits.get("train"), splits.get("validation"), splits.get("test"), folder, manifest["splits"]
     )

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -24,7 +25,15 @@ from transformers.utils import CONFIG_NAME
 
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .arguments import TOKENIZER_FIELDS, DataArguments, ModelArguments, TrainArguments, switch_names
-from .batches import BatchPlan, OwnMicroBatches, micro_batch_loader, mixed_training_pairs, seq2seq_collator
+from .batches import (
+    BatchPlan,
+    DataLoaderWorkerDied,
+    OwnMicroBatches,
+    micro_batch_loader,
+    mixed_training_pairs,
+    seq2seq_collator,
+    worker_death,
+)
 from .checkpoints import (
     TrainingState,
     average_weights,
@@ -490,6 +499,11 @@ class TrainingRun:
         try:
             with interrupt:
                 self.train_until_done(progress, carried, launched, interrupt)
+        except RuntimeError as error:
+            died = worker_death(error)
+            if died is None:
+                raise
+            raise DataLoaderWorkerDied(self.worker_death_message(died)) from error
         finally:
             self.micro_batches = None  # stops the loader's workers
         progress.close()
@@ -506,6 +520,24 @@ class TrainingRun:
         if self.args.save_steps > 0 and self.state.step % self.args.save_steps:
             self.save_checkpoint()  # stopped by the clock between two checkpoints
         return self.finish()
+
+    def worker_death_message(self, died: str) -> str:
+        """What to say when a data loader worker died: which one and how, that the checkpoints are whole (a save
+        writes a partial folder first), and how to go on."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # resolve_resume names what it leaves out; here only the newest counts
+            try:
+                last = resolve_resume(self.checkpoint_root, "latest")
+            except (ValueError, OSError):
+                last = None
+        if last is None:
+            after = "no checkpoint was saved before it: start the run again"
+        else:
+            after = f"the last checkpoint, {last}, is intact: --resume_from_checkpoint latest continues the run"
+        return (
+            f"a data loader worker died ({died}) after step {self.state.step}; {after} (the out-of-memory killer sends "
+            "SIGKILL: fewer --dataloader_num_workers or a smaller --dataloader_prefetch_factor take less memory)"
+        )
 
     def train_until_done(self, progress: tqdm, carried: float, launched: float, interrupt) -> None:
         window_tokens, window_start, self.data_wait = 0, time.time(), 0.0
