@@ -518,8 +518,8 @@ def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | Non
         except DamagedCorpusError as error:
             raise DamagedCorpusError(
                 error.folder,
-                f"{error.what}: prepare it again (vanilla-transformer prepare with the flags that made it, into an "
-                "empty --cache_dir) or copy it again, or pass the data files as --dataset",
+                f"{error.what}: prepare it again (vanilla-transformer prepare with the flags that made it: a damaged "
+                "folder of the cache is prepared anew), copy it again, or pass the data files as --dataset",
             ) from error
         if given is not None and tokenizer_identity(given) != tokenizer_identity(corpus.tokenizer):
             raise ValueError(
