@@ -1168,6 +1168,8 @@ def other_tokenizer(folder: Path) -> Path:
             "en, fr",
         ),  # fmt: skip
         (["--from_model", "{run}", "--mix_ratio", "1.5", "--mix_dataset", "{tmp}/french"], "must be between 0 and 1"),
+        (["--extra_eval_datasets", "validation={tmp}/french:train"], "extra_eval_datasets names validation twice"),
+        (["--extra_eval_datasets", "a={tmp}/x:test", "a={tmp}/y:test"], "extra_eval_datasets names a twice"),
         (
             ["--from_model", "{run}", "--extra_eval_datasets", "{tmp}/french:dev"],
             "extra_eval_datasets {tmp}/french:dev: unknown split 'dev'",
@@ -1188,6 +1190,8 @@ def other_tokenizer(folder: Path) -> Path:
         "mix-without-ratio",
         "mix-other-languages",
         "mix-ratio",
+        "extra-set-validation",
+        "extra-set-twice",
         "extra-set-split",
     ],  # fmt: skip
 )

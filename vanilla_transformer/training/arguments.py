@@ -235,9 +235,12 @@ class DataArguments:
         if self.mix_ratio is not None and not 0 < self.mix_ratio < 1:
             raise ValueError(f"mix_ratio={self.mix_ratio!r} must be between 0 and 1 (the replayed share of the pairs)")
         names = [name for name, _, _ in self.extra_eval_sets()]
-        repeated = sorted({name for name in names if names.count(name) > 1})
+        repeated = sorted({name for name in names if names.count(name) > 1} | ({"validation"} & set(names)))
         if repeated:
-            raise ValueError(f"extra_eval_datasets names {', '.join(repeated)} twice: give each set a NAME=")
+            raise ValueError(
+                f"extra_eval_datasets names {', '.join(repeated)} twice (validation is the run's own split): give "
+                "each set a NAME= of its own"
+            )
 
     def extra_eval_sets(self) -> list[tuple[str, str, str]]:
         """(name, dataset, split) of each --extra_eval_datasets entry."""
