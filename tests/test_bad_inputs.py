@@ -11,6 +11,7 @@ import argparse
 import io
 import itertools
 import json
+import os
 import re
 import shutil
 import signal
@@ -1411,3 +1412,19 @@ def test_a_killed_data_loader_worker_is_one_line_saying_the_checkpoint_is_intact
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((output / "results.json").read_text())["train_steps"] == 6
+
+
+def test_a_worker_that_torch_only_saw_gone_is_named_with_the_signal_its_exit_code_holds():
+    import multiprocessing
+
+    from vanilla_transformer.training.batches import worker_death
+
+    # torch says "exited unexpectedly" when its loader finds the worker gone before the SIGCHLD handler speaks
+    worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    worker.start()
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(10)
+    gone = RuntimeError(f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly")
+    assert worker_death(gone, [worker]) == f"pid {worker.pid}, killed by signal SIGKILL (Killed)"
+    assert worker_death(gone) == f"pid {worker.pid}, exited unexpectedly"  # no process to ask
+    assert worker_death(RuntimeError("CUDA out of memory")) is None

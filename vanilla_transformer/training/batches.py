@@ -185,16 +185,21 @@ _WORKER_DEATH = re.compile(
 _SIGNAL_NAMES = {signal.strsignal(number): number.name for number in signal.Signals if signal.strsignal(number)}
 
 
-def worker_death(error: BaseException) -> str | None:
+def worker_death(error: BaseException, workers=()) -> str | None:
     """What torch's error says of a data loader worker that died ("pid 123, killed by signal SIGKILL (Killed)"), or
-    None for any other error."""
+    None for any other error. Where torch only saw a worker gone ("exited unexpectedly"), the signal comes from the
+    exit code of its process among `workers` (the loader iterator's)."""
     match = _WORKER_DEATH.search(str(error))
     if match is None:
         return None
     pids = match["pids"].strip()
-    if match["signal"] is None:
-        return f"pid {pids}, exited unexpectedly"
-    description = match["signal"].strip()
+    description = match["signal"].strip() if match["signal"] else None
+    if description is None:
+        codes = [getattr(worker, "exitcode", None) for worker in workers if str(worker.pid) in pids.split(", ")]
+        signals = [signal.Signals(-code) for code in codes if code is not None and code < 0]
+        if not signals:
+            return f"pid {pids}, exited unexpectedly"
+        description = signal.strsignal(signals[0])
     name = _SIGNAL_NAMES.get(description)
     return (
         f"pid {pids}, killed by signal {name} ({description})"

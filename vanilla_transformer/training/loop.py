@@ -500,7 +500,7 @@ class TrainingRun:
             with interrupt:
                 self.train_until_done(progress, carried, launched, interrupt)
         except RuntimeError as error:
-            died = worker_death(error)
+            died = worker_death(error, getattr(self.micro_batches, "_workers", ()))
             if died is None:
                 raise
             raise DataLoaderWorkerDied(self.worker_death_message(died)) from error
