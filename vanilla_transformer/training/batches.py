@@ -186,19 +186,31 @@ _SIGNAL_NAMES = {signal.strsignal(number): number.name for number in signal.Sign
 
 
 def worker_death(error: BaseException, workers=()) -> str | None:
-    """What torch's error says of a data loader worker that died ("pid 123, killed by signal SIGKILL (Killed)"), or
-    None for any other error. Where torch only saw a worker gone ("exited unexpectedly"), the signal comes from the
-    exit code of its process among `workers` (the loader iterator's)."""
+    """What ended the run if a data loader worker died ("pid 123, killed by signal SIGKILL (Killed)"), else None.
+
+    torch says so in three ways, by which of its parts notices first: its SIGCHLD handler ("DataLoader worker (pid
+    123) is killed by signal: Killed."), its loader finding the worker gone ("... exited unexpectedly"), or none at
+    all, the pipe from the worker broken under a read (ConnectionResetError). The signal then comes from the exit code
+    of the worker's process among `workers` (the loader iterator's)."""
     match = _WORKER_DEATH.search(str(error))
-    if match is None:
+    if match is not None or isinstance(error, (ConnectionError, EOFError)):
+        for worker in workers:  # a pipe breaks as its process dies, an instant before the exit status is there
+            if getattr(worker, "exitcode", 0) is None:
+                worker.join(timeout=1.0)
+    gone = [worker for worker in workers if getattr(worker, "exitcode", None) not in (None, 0)]
+    if match is not None:
+        pids = match["pids"].strip()
+        gone = [worker for worker in gone if str(worker.pid) in pids.split(", ")]
+    elif gone:
+        pids = str(gone[0].pid)
+    else:
         return None
-    pids = match["pids"].strip()
-    description = match["signal"].strip() if match["signal"] else None
+    description = match["signal"].strip() if match is not None and match["signal"] else None
     if description is None:
-        codes = [getattr(worker, "exitcode", None) for worker in workers if str(worker.pid) in pids.split(", ")]
-        signals = [signal.Signals(-code) for code in codes if code is not None and code < 0]
+        signals = [signal.Signals(-worker.exitcode) for worker in gone if worker.exitcode < 0]
         if not signals:
-            return f"pid {pids}, exited unexpectedly"
+            codes = ", ".join(str(worker.exitcode) for worker in gone)
+            return f"pid {pids}, exited with code {codes}" if codes else f"pid {pids}, exited unexpectedly"
         description = signal.strsignal(signals[0])
     name = _SIGNAL_NAMES.get(description)
     return (

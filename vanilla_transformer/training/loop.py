@@ -499,7 +499,7 @@ class TrainingRun:
         try:
             with interrupt:
                 self.train_until_done(progress, carried, launched, interrupt)
-        except RuntimeError as error:
+        except Exception as error:
             died = worker_death(error, getattr(self.micro_batches, "_workers", ()))
             if died is None:
                 raise
