@@ -220,11 +220,16 @@ def target_vocabulary(tokenizer, config) -> list[str]:
     return tokens
 
 
+def holds(folder: Path, source: str | Path) -> bool:
+    """Whether `folder` is the local folder `source` or a folder above it (a Hub id is in no folder)."""
+    resolved = Path(source).resolve()
+    return resolved.exists() and (folder.resolve() == resolved or folder.resolve() in resolved.parents)
+
+
 def check_output_folder(output: Path, source: str | Path, described_as: str, force: bool) -> None:
     """`output` may be written from `source`: not a file, empty unless `force`, and not the source or a folder above
     it (which --force would delete before it is read)."""
-    resolved = Path(source).resolve()
-    if resolved.exists() and (output.resolve() == resolved or output.resolve() in resolved.parents):
+    if holds(output, source):
         raise ValueError(f"the output folder {output} holds the {described_as} folder {source}: choose another output")
     if output.exists() and not output.is_dir():
         raise NotADirectoryError(f"{output} is a file, not a folder")

@@ -5,6 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
+from ..export.ctranslate2_spec import holds
 from ..hub.model_card import ModelCardResults, save_model_card
 from ..hub.push import push_folder
 from .arguments import DataArguments, TrainArguments
@@ -119,11 +120,8 @@ def push_output_folder(output_dir: Path, args: TrainArguments) -> None:
 def check_not_holding(folder: Path, source: str) -> None:
     """Refuse an output folder that is the local model a run starts from, or a folder above it: clearing it
     (--overwrite_output_dir) or writing the run's model there would lose the model before it is read."""
-    start = Path(source)
-    if not start.exists():
-        return  # a Hub id
-    start, folder = start.resolve(), folder.resolve()
-    if folder == start or folder in start.parents:
+    if holds(folder, source):
         raise ValueError(
-            f"output_dir {folder} holds the model the run starts from (--from_model {source}): name another folder"
+            f"output_dir {folder.resolve()} holds the model the run starts from (--from_model {source}): name another "
+            "folder"
         )
