@@ -549,8 +549,8 @@ def test_translate_command_fails_with_one_line_naming_the_culprit(case, hub_unre
 
 def test_undecodable_file_is_named(tmp_path):
     latin1 = tmp_path / "latin1.txt"
-    latin1.write_bytes("Straße\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin1\.txt: not a readable UTF-8 text file"):
+    latin1.write_bytes("ein Hund\nzwei\r\nStraße\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.txt, line 3: not UTF-8 text \(byte 0xdf at column 5\)"):
         read_lines(latin1)
     not_gzip = tmp_path / "train.en.gz"
     not_gzip.write_text("plain text\n")

@@ -8,6 +8,7 @@ import yaml
 from huggingface_hub.errors import StrictDataclassError
 
 from .convert import add_convert_subcommand
+from .corpus_translation import add_translate_corpus_subcommand, run_translate_corpus
 from .demo import add_demo_subcommand
 from .export import add_export_subcommand
 from .export.ctranslate2_spec import MissingExtraError
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_subcommand(subcommands)
     add_classify_subcommand(subcommands)
     add_translate_subcommand(subcommands)
+    add_translate_corpus_subcommand(subcommands)
     add_push_subcommand(subcommands)
     add_export_subcommand(subcommands)
     add_convert_subcommand(subcommands)
@@ -110,6 +112,8 @@ def run(argv: list[str]) -> int:
         return run_prepare(argv[1:])
     if argv[:1] == ["classify"]:
         return run_classify(argv[1:])
+    if argv[:1] == ["translate-corpus"]:
+        return run_translate_corpus(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

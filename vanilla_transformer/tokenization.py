@@ -39,11 +39,26 @@ def open_text(path: str | os.PathLike, newline: str | None) -> Iterator[TextIO]:
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the lines of a plain or gzipped UTF-8 text file without their line ending (\\n or \\r\\n)."""
-    # Split on "\n" only: universal newlines would also split on a stray "\r" and break the line alignment.
-    with open_text(path, newline="\n") as lines:
-        for line in lines:
-            yield line.removesuffix("\n").removesuffix("\r")
+    """Yield the lines of a plain or gzipped UTF-8 text file without their line ending (\\n or \\r\\n). A line
+    that is not UTF-8 is a ValueError naming the file and the line."""
+    opener = gzip.open if Path(path).suffix == ".gz" else open
+    # Split on "\n" only, line by line in bytes: universal newlines would also split on a stray "\r" and break the
+    # line alignment, and a text file's decoder fails on a block of lines, not on the line at fault.
+    try:
+        with opener(path, "rb") as file:
+            for number, raw in enumerate(file, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ValueError(
+                        f"{path}, line {number}: not UTF-8 text (byte {raw[error.start]:#04x} at column "
+                        f"{error.start + 1}): convert the file to UTF-8 (iconv -f ENCODING -t UTF-8)"
+                    ) from None
+                if number == 1:
+                    line = line.removeprefix("\ufeff")  # the byte-order mark some editors write first
+                yield line.removesuffix("\n").removesuffix("\r")
+    except (gzip.BadGzipFile, EOFError) as error:  # these messages do not name the file
+        raise ValueError(f"{path}: not a readable UTF-8 text file ({error})") from error
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

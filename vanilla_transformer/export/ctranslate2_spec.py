@@ -265,6 +265,9 @@ def export_ctranslate2(
     _Converter().convert(str(output), quantization=quantization, force=True)
     tokenizer.save_pretrained(output)
     model.generation_config.save_pretrained(output)
+    card = Path(folder) / "README.md"
+    if card.is_file():  # the model card travels with the export: it says what the model translates
+        shutil.copyfile(card, output / "README.md")
     (output / MODEL_CONFIG_FILE).write_text(json.dumps(model.config.to_dict(), indent=2, sort_keys=True) + "\n")
     return output
 

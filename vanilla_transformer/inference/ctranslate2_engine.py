@@ -93,11 +93,15 @@ def _vocabularies(tokenizer: PreTrainedTokenizerBase):
 
 
 def load_ctranslate2(
-    folder: str | Path, device: str | None = None, compute_type: str = "default", threads: int = 0
+    folder: str | Path,
+    device: str | None = None,
+    compute_type: str = "default",
+    threads: int = 0,
+    device_index: int = 0,
 ) -> tuple[CTranslate2Model, PreTrainedTokenizerBase]:
     """An exported folder's translator and tokenizer, ready for `translate`. `device`: None takes "cuda" when
     CTranslate2 sees a GPU, else "cpu"; `compute_type`: CTranslate2's ("default" keeps the export's quantization;
-    "int8", "float32", ...); `threads`: CPU threads (0: CTranslate2 chooses)."""
+    "int8", "float32", ...); `threads`: CPU threads (0: CTranslate2 chooses); `device_index`: which GPU."""
     ctranslate2 = import_ctranslate2()
     folder = Path(folder)
     if not (folder / "model.bin").is_file() or not (folder / MODEL_CONFIG_FILE).is_file():
@@ -110,7 +114,9 @@ def load_ctranslate2(
     generation_config = GenerationConfig.from_pretrained(folder)
     if device is None:
         device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-    translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type, intra_threads=threads)
+    translator = ctranslate2.Translator(
+        str(folder), device=device, device_index=device_index, compute_type=compute_type, intra_threads=threads
+    )
     return CTranslate2Model(translator, tokenizer, config, generation_config), tokenizer
 
 

@@ -223,6 +223,14 @@ class DataArguments:
     mix_ratio: float | None = field(
         default=None, metadata={"help": "the share of each epoch's training pairs drawn from --mix_dataset (0 to 1)"}
     )
+    mix_tag: str | None = field(
+        default=None,
+        metadata={
+            "help": "tagged back-translation (Caswell et al. 2019): this tag, e.g. '<BT>', begins every source "
+            "sentence of --mix_dataset, so the model can tell synthetic sources from real ones; a tokenizer the run "
+            "trains holds it as one token"
+        },
+    )
 
     def __post_init__(self):
         check_at_least(self, 1, "vocab_size", "max_source_length", "max_target_length", "max_eval_samples")
@@ -232,6 +240,9 @@ class DataArguments:
         if (self.mix_dataset is None) != (self.mix_ratio is None):
             given, missing = ("mix_dataset", "mix_ratio") if self.mix_ratio is None else ("mix_ratio", "mix_dataset")
             raise ValueError(f"{given}={getattr(self, given)!r} needs {missing}: replay takes both")
+        if self.mix_tag is not None and (self.mix_dataset is None or not self.mix_tag.strip()):
+            problem = "is blank" if self.mix_dataset else "needs mix_dataset: it tags the sources of the mixed pairs"
+            raise ValueError(f"mix_tag={self.mix_tag!r} {problem}")
         if self.mix_ratio is not None and not 0 < self.mix_ratio < 1:
             raise ValueError(f"mix_ratio={self.mix_ratio!r} must be between 0 and 1 (the replayed share of the pairs)")
         names = [name for name, _, _ in self.extra_eval_sets()]

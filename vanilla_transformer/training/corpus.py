@@ -308,7 +308,7 @@ def obtain_tokenizer(args: DataArguments, train_text: datasets.Dataset) -> PreTr
     """The tokenizer of `args.tokenizer`, or a joint BPE tokenizer trained on (a sample of) the training pairs."""
     if args.tokenizer:
         return load_tokenizer(args.tokenizer)
-    return train_tokenizer(
+    tokenizer = train_tokenizer(
         tokenizer_sample(
             train_text,
             (args.source_lang, args.target_lang),
@@ -319,6 +319,9 @@ def obtain_tokenizer(args: DataArguments, train_text: datasets.Dataset) -> PreTr
         lowercase=args.lowercase,
         split_punctuation=args.split_punctuation,
     )
+    if args.mix_tag:  # one token, never split into pieces, that the real sources never hold
+        tokenizer.add_special_tokens({"additional_special_tokens": [args.mix_tag]})
+    return tokenizer
 
 
 def tokenizer_sample(dataset: datasets.Dataset, columns: Iterable[str], sentences: int, seed: int) -> Iterator[str]:
@@ -381,17 +384,20 @@ def tokenize(
     args: DataArguments,
     keep_text: bool,
     into: Path | None = None,
+    source_tag: str | None = None,
 ) -> datasets.Dataset:
     """Add `input_ids` and `labels` (token ids, `</s>` appended). The training split (`keep_text=False`) keeps only
     the ids and leaves out pairs longer than max_source_length / max_target_length, as fairseq does: a target cut
     short would teach the model to stop mid-sentence. An evaluation split keeps its text and every pair, cut at the
-    limits. With `into` the result is written to that Arrow file and memory-mapped."""
+    limits. With `into` the result is written to that Arrow file and memory-mapped. `source_tag` begins every source
+    sentence (tagged back-translation)."""
     source, target = args.source_lang, args.target_lang
     limits = (args.max_source_length, args.max_target_length)
     encode = encoder(tokenizer, limits if keep_text else (None, None))
 
     def encode_batch(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-        source_ids, target_ids = encode(batch[source], batch[target])
+        sources = [f"{source_tag} {text}" for text in batch[source]] if source_tag else batch[source]
+        source_ids, target_ids = encode(sources, batch[target])
         if keep_text:
             return {"input_ids": source_ids, "labels": target_ids}
         fits = [len(s) <= limits[0] and len(t) <= limits[1] for s, t in zip(source_ids, target_ids, strict=True)]
@@ -461,10 +467,19 @@ def split_sources(args: DataArguments) -> dict[str, SplitSource]:
 def corpus_cache(args: DataArguments) -> Path:
     """Where prepared corpora are kept: `cache_dir`, else beside datasets' own cache (HF_DATASETS_CACHE), which a
     cluster typically points at a shared disk."""
-    return Path(args.cache_dir) if args.cache_dir else Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer"
+    return Path(args.cache_dir) if args.cache_dir else default_corpus_cache()
 
 
-def fingerprint(args: DataArguments, sources: dict[str, SplitSource], tokenizer: PreTrainedTokenizerBase | None):
+def default_corpus_cache() -> Path:
+    return Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer"
+
+
+def fingerprint(
+    args: DataArguments,
+    sources: dict[str, SplitSource],
+    tokenizer: PreTrainedTokenizerBase | None,
+    source_tag: str | None = None,
+):
     """A name for the prepared corpus that changes with the data (the files' bytes, or the Hub dataset's own
     fingerprint) and with every setting that shapes what is prepared."""
     if tokenizer is not None:
@@ -477,6 +492,7 @@ def fingerprint(args: DataArguments, sources: dict[str, SplitSource], tokenizer:
             "min_frequency": MIN_FREQUENCY,
             "sample_sentences": args.tokenizer_sample_sentences,
             "sample_seed": args.tokenizer_sample_seed,
+            **({"mix_tag": args.mix_tag} if args.mix_tag else {}),
         }
     file_digests = FileDigests(corpus_cache(args))
     settings = {
@@ -485,6 +501,7 @@ def fingerprint(args: DataArguments, sources: dict[str, SplitSource], tokenizer:
         "languages": [args.source_lang, args.target_lang],
         "lengths": [args.max_source_length, args.max_target_length],
         "tokenizer": tokenizer_setting,
+        **({"source_tag": source_tag} if source_tag else {}),
     }
     return hashlib.blake2b(json.dumps(settings, sort_keys=True).encode(), digest_size=10).hexdigest()
 
@@ -507,11 +524,18 @@ def is_prepared(path: str | os.PathLike) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
-def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | None = None) -> Corpus:
+def prepare_corpus(
+    args: DataArguments, tokenizer: PreTrainedTokenizerBase | None = None, source_tag: str | None = None
+) -> Corpus:
     """The corpus of `args`, from its prepared folder in the cache when there is one, else prepared into it first.
     `args.dataset` may also be a prepared folder itself. `tokenizer` (a starting model's) encodes it as a
-    `--tokenizer` would."""
+    `--tokenizer` would; `source_tag` begins every source sentence."""
     given = tokenizer or (load_tokenizer(args.tokenizer) if args.tokenizer else None)
+    if is_prepared(args.dataset) and source_tag:
+        raise ValueError(
+            f"{args.dataset} is a prepared folder, already tokenized: a tag (mix_tag) goes in as the text is "
+            "tokenized, so pass the data files instead"
+        )
     if is_prepared(args.dataset):
         try:
             corpus = load_prepared(Path(args.dataset), args)
@@ -528,7 +552,7 @@ def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | Non
             )
         return corpus
     sources = split_sources(args)
-    folder = corpus_cache(args) / fingerprint(args, sources, given)
+    folder = corpus_cache(args) / fingerprint(args, sources, given, source_tag)
     for abandoned in remove_abandoned(folder.parent):
         warnings.warn(f"removed {abandoned}, left by a preparation that did not finish", stacklevel=2)
     if is_prepared(folder):
@@ -539,11 +563,13 @@ def prepare_corpus(args: DataArguments, tokenizer: PreTrainedTokenizerBase | Non
             warnings.warn(f"{error}; it is prepared again", stacklevel=2)
             remove_damaged(folder)
     if not is_prepared(folder):  # another process may have prepared it meanwhile
-        build_corpus(folder, sources, given, args)
+        build_corpus(folder, sources, given, args, source_tag)
     return load_prepared(folder, args)
 
 
-def build_corpus(folder: Path, sources: dict[str, SplitSource], tokenizer, args: DataArguments) -> None:
+def build_corpus(
+    folder: Path, sources: dict[str, SplitSource], tokenizer, args: DataArguments, source_tag: str | None = None
+) -> None:
     """Prepare into a partial folder and rename it into place when complete, so that a folder with a manifest is
     always whole; a process that loses a race to prepare the same corpus keeps the winner's."""
     with preparing(folder) as partial:
@@ -553,7 +579,8 @@ def build_corpus(folder: Path, sources: dict[str, SplitSource], tokenizer, args:
         tokenizer.save_pretrained(partial / TOKENIZER_FOLDER)
         rows = {}
         for role, text in texts.items():
-            rows[role] = tokenize(text, tokenizer, args, keep_text=role != "train", into=partial / f"{role}.arrow")
+            into = partial / f"{role}.arrow"
+            rows[role] = tokenize(text, tokenizer, args, keep_text=role != "train", into=into, source_tag=source_tag)
             rows[role] = rows[role].num_rows
         # an evaluation set alone (--extra_eval_datasets) has no training split to leave pairs out of
         left_out = texts["train"].num_rows - rows["train"] if "train" in texts else 0
@@ -644,7 +671,7 @@ def prepare_mix(args: DataArguments, tokenizer) -> datasets.Dataset:
     and length limits. Its languages must be the run's."""
     mix_args = _beside(args, args.mix_dataset, train_split=args.mix_split, validation_split="", test_split=None)
     try:
-        return prepare_corpus(mix_args, tokenizer).train
+        return prepare_corpus(mix_args, tokenizer, source_tag=args.mix_tag).train
     except (ValueError, OSError) as error:
         raise type(error)(f"mix_dataset {args.mix_dataset}: {error}") from error
 
@@ -674,6 +701,7 @@ def _beside(args: DataArguments, dataset: str, **splits) -> DataArguments:
         extra_eval_datasets=[],
         mix_dataset=None,
         mix_ratio=None,
+        mix_tag=None,
         **splits,
     )
 

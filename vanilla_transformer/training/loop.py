@@ -145,11 +145,11 @@ class RunEndedWithErrors(Exception):
     """Training finished and its model was written, but a step after it (averaging, scoring, publishing) failed."""
 
 
-def use_cpu(args: TrainArguments) -> bool:
-    """Several processes on a machine without a GPU (torchrun, or `accelerate launch --multi_gpu`) train on the
+def use_cpu(asked: bool) -> bool:
+    """Several processes on a machine without a GPU (torchrun, or `accelerate launch --multi_gpu`) run on the
     CPU with gloo; `accelerate launch --cpu --num_processes N` itself starts one process unless MPI is set up."""
     several_processes = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    return args.use_cpu or (several_processes and not torch.cuda.is_available())
+    return asked or (several_processes and not torch.cuda.is_available())
 
 
 def wants_tensorboard(report_to: str) -> bool:
@@ -177,7 +177,7 @@ class TrainingRun:
         self.checkpoint_root = self.output_dir / CHECKPOINTS
         tensorboard = wants_tensorboard(train_args.report_to)
         self.accelerator = Accelerator(
-            cpu=use_cpu(train_args),
+            cpu=use_cpu(train_args.use_cpu),
             mixed_precision=train_args.mixed_precision,
             # the warm-up counts optimizer steps whatever the number of processes; by default Accelerate would
             # advance the schedule once per process per step

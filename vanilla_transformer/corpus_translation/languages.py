@@ -1,0 +1,49 @@
+"""What a model says it translates, checked against the corpus before hours go into translating the wrong way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+
+def declared_languages(model: str, tokenizer) -> tuple[tuple[str, str], str] | None:
+    """(source, target) and where they were read: Marian's tokenizer keeps them (`source_lang`, `target_lang`), and
+    the model card of a folder we wrote lists them in its metadata (`language: [source, target]`). None: unknown."""
+    source, target = getattr(tokenizer, "source_lang", None), getattr(tokenizer, "target_lang", None)
+    if isinstance(source, str) and isinstance(target, str):
+        return (source, target), "its tokenizer"
+    card = Path(model) / "README.md"
+    if not card.is_file():
+        return None
+    text = card.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return None
+    try:
+        metadata = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except (yaml.YAMLError, IndexError):
+        return None  # a card is documentation: one that does not parse says nothing of the languages
+    languages = metadata.get("language") if isinstance(metadata, dict) else None
+    if isinstance(languages, list) and len(languages) == 2 and all(isinstance(code, str) for code in languages):
+        return (languages[0], languages[1]), "its model card"
+    return None
+
+
+def check_languages(model: str, tokenizer, source_lang: str, target_lang: str) -> None:
+    """Refuse a model that declares other languages than source_lang -> target_lang."""
+    declared = declared_languages(model, tokenizer)
+    if declared is None:
+        return
+    (source, target), where = declared
+    if (source, target) == (source_lang, target_lang):
+        return
+    reversed_hint = (
+        ": it translates the other way (back-translation runs a target->source model on target-language text, with "
+        "--source_lang and --target_lang swapped)"
+        if (source, target) == (target_lang, source_lang)
+        else ""
+    )
+    raise ValueError(
+        f"--model {model} translates {source}->{target} ({where}), but the corpus is asked for "
+        f"{source_lang}->{target_lang} (--source_lang {source_lang} --target_lang {target_lang}){reversed_hint}"
+    )

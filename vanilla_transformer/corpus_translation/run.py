@@ -1,0 +1,167 @@
+"""Translate the source side of a corpus with a model and write an aligned corpus folder: the teacher's translations
+for sequence-level distillation (Kim and Rush 2016), or synthetic sources for back-translation (Sennrich et al. 2016:
+a reverse model run on target-language text).
+
+The data flows: find every split's text (nothing read) -> the output folder's plan, checked against a folder already
+there -> the model (tokenizer first) -> count each translated split (reading it once, which finds a line that is not
+UTF-8 before hours are spent) -> translate this process's chunks, skipping those written -> the last process joins
+the chunks into the corpus.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..inference.ctranslate2_engine import load_ctranslate2
+from ..inference.translate import _translate, load_for_translation
+from ..training.corpus import FileDigests, default_corpus_cache, read_split, split_source
+from .arguments import CorpusTranslationArguments
+from .languages import check_languages
+from .source_side import SourceSide, find_source_side
+from .translated_folder import TranslatedFolder
+
+# the files of a model folder that are not what it translates with
+_NOT_THE_MODEL = {"README.md", "results.json"}
+
+
+def translate_corpus(args: CorpusTranslationArguments) -> dict:
+    """Translate the splits `args.translate` names and copy the others; returns what this process did."""
+    from accelerate import PartialState
+
+    from ..training.loop import use_cpu
+
+    state = PartialState(cpu=use_cpu(args.device == "cpu"))
+    names = args.split_names()
+    sides = {
+        role: find_source_side(args.dataset, args.source_lang, names[role], args.dataset_config)
+        for role in args.translate
+    }
+    carried = {
+        role: split_source(args.dataset, args.source_lang, args.target_lang, name, name=args.dataset_config)
+        for role, name in names.items()
+        if role not in args.translate
+    }
+    digests = FileDigests(default_corpus_cache())
+    plan = {
+        "model": model_identity(args.model, digests),
+        "source_lang": args.source_lang,
+        "target_lang": args.target_lang,
+        "splits": names,
+        "translated": {role: side.identity(digests) for role, side in sides.items()},
+        "carried": {role: source.identity(digests) for role, source in carried.items()},
+        **args.generation_settings(),
+        "dtype": args.dtype,
+    }
+    folder = TranslatedFolder(Path(args.output_dir), plan)
+    folder.open()
+    if folder.finished:
+        return {"finished": True, "already": True, "folder": str(folder.folder)}
+    folder.remove_partial_chunks()
+
+    model, tokenizer = load_translator(args, state)
+    check_languages(args.model, tokenizer, args.source_lang, args.target_lang)
+    if args.length_penalty is not None:
+        model.generation_config.length_penalty = args.length_penalty
+
+    counts = {role: count_sentences(side) for role, side in sides.items()}
+    chunks = {role: -(-count // args.chunk_sentences) for role, count in counts.items()}
+    mine = {role: [i for i in range(chunks[role]) if i % state.num_processes == state.process_index] for role in sides}
+    todo = {role: [i for i in indices if not folder.has_chunk(role, i)] for role, indices in mine.items()}
+    sentences_of = lambda role, i: min(args.chunk_sentences, counts[role] - i * args.chunk_sentences)  # noqa: E731
+    total = sum(sentences_of(role, i) for role, indices in mine.items() for i in indices)
+    remaining = sum(sentences_of(role, i) for role, indices in todo.items() for i in indices)
+    bar = tqdm(
+        total=total,
+        initial=total - remaining,
+        unit="sent",
+        desc="translating",
+        file=sys.stderr,
+        disable=args.disable_progress_bar or not state.is_main_process,
+        smoothing=0.05,
+    )
+    started = time.perf_counter()
+    with bar:
+        for role, side in sides.items():
+            wanted = set(todo[role])
+            texts = side.texts()
+            for index in range(chunks[role]):
+                chunk = list(itertools.islice(texts, args.chunk_sentences))
+                if index not in wanted:
+                    continue
+                first = index * args.chunk_sentences
+                translations = _translate(
+                    model,
+                    tokenizer,
+                    chunk,
+                    num_beams=args.num_beams,
+                    max_new_tokens=args.max_new_tokens,
+                    batch_size=args.batch_size,
+                    max_input_tokens=args.max_input_tokens,
+                    device=None,
+                    progress=False,
+                    line_names=[side.line_name(first + k) for k in range(len(chunk))],
+                )
+                folder.write_chunk(role, index, translations)
+                bar.update(len(chunk))
+    seconds = time.perf_counter() - started
+    done = {"translated_sentences": remaining, "seconds": round(seconds, 1), "folder": str(folder.folder)}
+    done["sentences_per_second"] = round(remaining / seconds, 1) if remaining and seconds > 0 else None
+
+    every_chunk = all(folder.has_chunk(role, i) for role in sides for i in range(chunks[role]))
+    with folder.finishing() as to_finish:
+        if not (to_finish and every_chunk):
+            return {**done, "finished": folder.finished}
+        written = {}
+        for role, side in sides.items():
+            name = names[role]
+            written[name] = folder.write_split(name, args.source_lang, side.texts())
+            translated = folder.write_split(name, args.target_lang, folder.chunk_lines(role, chunks[role]))
+            if translated != written[name]:  # a chunk changed under the run: never a misaligned corpus
+                raise RuntimeError(f"{name}: {written[name]} sources but {translated} translations")
+        for role, source in carried.items():
+            pairs = read_split(source)
+            written[names[role]] = folder.write_split(names[role], args.source_lang, pairs[args.source_lang])
+            folder.write_split(names[role], args.target_lang, pairs[args.target_lang])
+        folder.finish(
+            {
+                "model": args.model,
+                "translated_splits": [names[role] for role in sides],
+                "carried_splits": [names[role] for role in carried],
+                "sentences": written,
+            }
+        )
+    return {**done, "finished": True, "sentences": written}
+
+
+def load_translator(args: CorpusTranslationArguments, state):
+    """The model and tokenizer of `args.model` on this process's device (each process of a launch has its own)."""
+    device = args.device or ("cpu" if args.quantize and args.engine == "pytorch" else state.device.type)
+    if args.engine == "ctranslate2":
+        compute_type = args.quantize or args.dtype or "default"
+        index = state.local_process_index if device == "cuda" else 0
+        return load_ctranslate2(args.model, device, compute_type, device_index=index)
+    if device == "cuda":
+        device = str(state.device)
+    return load_for_translation(args.model, device, args.dtype, args.trust_remote_code, args.quantize)
+
+
+def count_sentences(side: SourceSide) -> int:
+    count = sum(1 for _ in side.texts())
+    if not count:
+        raise ValueError(f"{side.describe()} holds no text to translate")
+    return count
+
+
+def model_identity(model: str, digests: FileDigests) -> str:
+    """A local model folder by the bytes of its files (not its card), a Hub id by its name."""
+    path = Path(model)
+    if not path.is_dir():
+        return f"hub:{model}"
+    files = sorted(entry for entry in path.iterdir() if entry.is_file() and entry.name not in _NOT_THE_MODEL)
+    return json.dumps({entry.name: digests(entry) for entry in files}, sort_keys=True)
