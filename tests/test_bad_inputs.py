@@ -29,6 +29,7 @@ from helpers import (
     DE,
     EN,
     QUIET_THREADS,
+    TINY_TRAINING_MODEL,
     VOCAB,
     random_tokens,
     tiny_arguments,
@@ -1433,3 +1434,128 @@ def test_a_worker_that_torch_only_saw_gone_or_did_not_see_is_named_with_the_sign
     broken = ConnectionResetError(104, "Connection reset by peer")
     assert worker_death(broken, [worker]) == f"pid {worker.pid}, killed by signal SIGKILL (Killed)"
     assert worker_death(broken) is None and worker_death(RuntimeError("CUDA out of memory"), []) is None
+
+
+# ----------------------------------------------------------------------------------------- translate-corpus
+
+
+@pytest.fixture(scope="module")
+def corpus_teacher(tmp_path_factory, corpus_folder) -> Path:
+    """A model folder with the numbers corpus's tokenizer and a card saying en->de."""
+    tokenizer = load_tokenizer(corpus_folder / "tokenizer")
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), **TINY_TRAINING_MODEL)
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.generation_config.update(num_beams=1, max_new_tokens=3)
+    folder = tmp_path_factory.mktemp("corpus_teacher")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "README.md").write_text("---\nlanguage:\n- en\n- de\n---\n")
+    return folder
+
+
+def _copy_folder(source: Path, target: Path, drop: tuple[str, ...] = ()) -> Path:
+    shutil.copytree(source, target, ignore=lambda _, names: [name for name in names if name in drop])
+    return target
+
+
+def _reversed_card(teacher: Path, tmp_path: Path) -> list[str]:
+    reverse = _copy_folder(teacher, tmp_path / "reverse")
+    (reverse / "README.md").write_text("---\nlanguage:\n- de\n- en\n---\n")
+    return ["--model", str(reverse)]
+
+
+def _without_tokenizer(teacher: Path, tmp_path: Path) -> list[str]:
+    drop = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+    return ["--model", str(_copy_folder(teacher, tmp_path / "bare", drop))]
+
+
+def _latin1_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
+    data = _copy_folder(corpus_folder, tmp_path / "latin1", ("tokenizer",))
+    lines = (data / "train.en").read_bytes().split(b"\n")
+    lines[4] = "fünf".encode("latin-1")
+    (data / "train.en").write_bytes(b"\n".join(lines))
+    return ["--dataset", str(data)]
+
+
+def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
+    data = _copy_folder(corpus_folder, tmp_path / "empty", ("tokenizer",))
+    (data / "train.en").write_text("")
+    return ["--dataset", str(data)]
+
+
+@pytest.mark.parametrize(
+    "make_flags, message",
+    [
+        (
+            lambda teacher, data, tmp: _reversed_card(teacher, tmp),
+            r"--model \S+reverse translates de->en \(its model card\), but the corpus is asked for en->de "
+            r"\(--source_lang en --target_lang de\): it translates the other way \(back-translation runs",
+        ),
+        (lambda teacher, data, tmp: _without_tokenizer(teacher, tmp), r"\S+bare holds no tokenizer \(tokenizer.json\)"),
+        (
+            lambda teacher, data, tmp: _latin1_source(data, tmp),
+            r"\S+latin1/train.en, line 5: not UTF-8 text \(byte 0xfc at column 2\): convert the file to UTF-8",
+        ),
+        (lambda teacher, data, tmp: _empty_source(data, tmp), r"\S+empty/train.en holds no text to translate"),
+        (lambda teacher, data, tmp: ["--train_split", "nope"], r"unknown split 'nope' in \S+: available splits: "),
+        (lambda teacher, data, tmp: ["--source_lang", "fr"], r"unknown language 'fr': no \S+train.fr \(or .gz\)"),
+        (lambda teacher, data, tmp: ["--chunk_sentences", "0"], r"chunk_sentences=0 must be 1 or more"),
+        (lambda teacher, data, tmp: ["--engine", "onnx"], r"argument --engine: invalid choice: 'onnx'"),
+        (
+            lambda teacher, data, tmp: ["--test_split", "", "--translate", "test"],
+            r"translate names test, but test_split is empty",
+        ),
+    ],
+    ids=[
+        "other-languages",
+        "no-tokenizer",
+        "not-utf8",
+        "empty-source",
+        "unknown-split",
+        "unknown-language",
+        "chunk-0",
+        "engine",
+        "translate-a-split-not-named",
+    ],
+)
+def test_translate_corpus_refuses_bad_input_in_one_line_writing_nothing(
+    make_flags, message, corpus_teacher, corpus_folder, tmp_path, capsys
+):
+    output = tmp_path / "corpus"
+    base = {"--model": str(corpus_teacher), "--dataset": str(corpus_folder), "--output_dir": str(output)}
+    more = make_flags(corpus_teacher, corpus_folder, tmp_path)
+    for flag, value in zip(more[::2], more[1::2], strict=True):
+        base[flag] = value
+    argv = ["translate-corpus", *itertools.chain.from_iterable(base.items()), "--disable_progress_bar"]
+    assert main(argv) == 2
+    assert re.search(message, error_line(capsys, "translate-corpus")), message
+    assert not output.exists()
+
+
+def test_translate_corpus_refuses_a_folder_of_other_files_or_of_another_translation_and_keeps_it(
+    corpus_teacher, corpus_folder, tmp_path, capsys
+):
+    output = tmp_path / "corpus"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    base = ["translate-corpus", "--model", str(corpus_teacher), "--dataset", str(corpus_folder)]
+    base += ["--output_dir", str(output), "--disable_progress_bar", "--test_split", ""]
+    assert main(base) == 2
+    assert error_line(capsys, "translate-corpus").endswith(
+        f"output_dir {output} is not empty (notes.txt) and holds no translation of this command: name an empty "
+        "folder (--debug shows the traceback)"
+    )
+    assert [path.name for path in output.iterdir()] == ["notes.txt"]
+
+    (output / "notes.txt").unlink()
+    assert main(base) == 0
+    capsys.readouterr()
+    before = {path.name: path.read_bytes() for path in output.iterdir()}
+    assert main([*base, "--num_beams", "2"]) == 2
+    line = error_line(capsys, "translate-corpus")
+    assert (
+        f"output_dir {output} holds a translation of another corpus, model or settings (num_beams null there, 2 here)"
+        in line
+    )
+    assert {path.name: path.read_bytes() for path in output.iterdir()} == before

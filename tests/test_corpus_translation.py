@@ -199,9 +199,7 @@ def test_validation_is_translated_on_request_and_a_jsonl_source_reads_as_a_folde
     assert read_lines(from_folder / "validation.de") != read_lines(corpus_folder / "validation.de")
 
 
-def test_back_translation_of_one_language_text_is_mixed_into_training_with_a_tag(
-    teacher, corpus_folder, tmp_path
-):
+def test_back_translation_of_one_language_text_is_mixed_into_training_with_a_tag(teacher, corpus_folder, tmp_path):
     # German text alone, translated by a (here: the same random) model "de->en": its card says so
     reverse = tmp_path / "reverse"
     reverse.mkdir()

@@ -3,9 +3,9 @@ for sequence-level distillation (Kim and Rush 2016), or synthetic sources for ba
 a reverse model run on target-language text).
 
 The data flows: find every split's text (nothing read) -> the output folder's plan, checked against a folder already
-there -> the model (tokenizer first) -> count each translated split (reading it once, which finds a line that is not
-UTF-8 before hours are spent) -> translate this process's chunks, skipping those written -> the last process joins
-the chunks into the corpus.
+there -> count each translated split (reading it once, which finds a line that is not UTF-8 before hours are spent)
+-> the model (its tokenizer and languages first) -> the plan written -> translate this process's chunks, skipping
+those written -> the last process joins the chunks into the corpus.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..inference.ctranslate2_engine import load_ctranslate2
+from ..inference.loading import load_tokenizer
 from ..inference.translate import _translate, load_for_translation
 from ..training.corpus import FileDigests, default_corpus_cache, read_split, split_source
 from .arguments import CorpusTranslationArguments
@@ -59,17 +60,17 @@ def translate_corpus(args: CorpusTranslationArguments) -> dict:
         "dtype": args.dtype,
     }
     folder = TranslatedFolder(Path(args.output_dir), plan)
-    folder.open()
+    folder.check()
     if folder.finished:
         return {"finished": True, "already": True, "folder": str(folder.folder)}
-    folder.remove_partial_chunks()
-
+    counts = {role: count_sentences(side) for role, side in sides.items()}
+    # the tokenizer says what the model translates: a wrong model is refused before its weights load
+    check_languages(args.model, load_tokenizer(args.model, described_as="model"), args.source_lang, args.target_lang)
     model, tokenizer = load_translator(args, state)
-    check_languages(args.model, tokenizer, args.source_lang, args.target_lang)
     if args.length_penalty is not None:
         model.generation_config.length_penalty = args.length_penalty
+    folder.start()  # nothing is written before the model, its languages and the whole text are found good
 
-    counts = {role: count_sentences(side) for role, side in sides.items()}
     chunks = {role: -(-count // args.chunk_sentences) for role, count in counts.items()}
     mine = {role: [i for i in range(chunks[role]) if i % state.num_processes == state.process_index] for role in sides}
     todo = {role: [i for i in indices if not folder.has_chunk(role, i)] for role, indices in mine.items()}

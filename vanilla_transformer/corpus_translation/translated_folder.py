@@ -31,33 +31,41 @@ class TranslatedFolder:
     def finished(self) -> bool:
         return (self.folder / FINISHED).is_file()
 
-    def open(self) -> None:
-        """Start the folder, or continue the one of the same plan. Refused: a file, a folder that holds anything
-        else, and one started or finished with another plan (the differences named)."""
+    def check(self) -> None:
+        """Before anything is written: refused, a file, a folder that holds anything else, and one started or finished
+        with another plan (the differences named)."""
         if self.folder.exists() and not self.folder.is_dir():
             raise NotADirectoryError(f"output_dir {self.folder} is a file, not a folder")
         for marker in (self.folder / FINISHED, self.work / PLAN):
             if marker.is_file():
                 self._check_same_plan(marker)
                 return
-        present = (
-            sorted(path.name for path in self.folder.iterdir() if path.name != WORK) if self.folder.is_dir() else []
-        )
+        present = sorted(entry.name for entry in self.folder.iterdir()) if self.folder.is_dir() else []
+        present = [name for name in present if name != WORK]
         if present:
             listed = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
             raise ValueError(
                 f"output_dir {self.folder} is not empty ({listed}) and holds no translation of this command: name an "
                 "empty folder"
             )
-        self.work.mkdir(parents=True, exist_ok=True)
-        partial = self.work / f".{PLAN}.{os.getpid()}.partial"
-        partial.write_text(json.dumps(self.plan, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        try:
-            os.link(partial, self.work / PLAN)  # the first process of a launch writes it; the others compare
-        except FileExistsError:
-            self._check_same_plan(self.work / PLAN)
-        finally:
-            partial.unlink()
+
+    def start(self) -> None:
+        """Write the plan, or continue the folder of the same plan; the partial chunks of a killed run go."""
+        self.check()
+        if not (self.work / PLAN).is_file():
+            self.work.mkdir(parents=True, exist_ok=True)
+            partial = self.work / f".{PLAN}.{os.getpid()}.partial"
+            partial.write_text(json.dumps(self.plan, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            try:
+                os.link(partial, self.work / PLAN)  # the first process of a launch writes it; the others compare
+            except FileExistsError:
+                self._check_same_plan(self.work / PLAN)
+            finally:
+                partial.unlink()
+        for left in self.work.glob("*/.chunk-*.partial"):
+            if not _running(int(left.name.split(".")[-2])):  # another process of the launch may be writing it
+                with contextlib.suppress(OSError):
+                    left.unlink()
 
     def _check_same_plan(self, marker: Path) -> None:
         try:
@@ -98,12 +106,6 @@ class TranslatedFolder:
             os.fsync(file.fileno())
         os.replace(partial, path)
 
-    def remove_partial_chunks(self) -> None:
-        """The partial files of a killed run: no chunk of them was complete."""
-        for partial in self.work.glob("*/.chunk-*.partial"):
-            with contextlib.suppress(OSError):
-                partial.unlink()
-
     def chunk_lines(self, role: str, chunks: int) -> Iterator[str]:
         for index in range(chunks):
             with self.chunk_file(role, index).open(encoding="utf-8", newline="\n") as file:
@@ -143,6 +145,16 @@ class TranslatedFolder:
         partial.write_text(json.dumps({"plan": self.plan, **record}, indent=1) + "\n", encoding="utf-8")
         os.replace(partial, self.folder / FINISHED)
         shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _short(value) -> str:
