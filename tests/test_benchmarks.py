@@ -200,3 +200,30 @@ def test_the_finetune_benchmark_prints_a_row_for_each_way_and_the_seq2seq_traine
     }
     assert all(ratio > 0 for ratios in results["speed_ratios"].values() for ratio in ratios)
     assert all(0 <= row["new_after"] <= 100 and row["tokens_per_second"] > 0 for row in results["rows"])
+
+
+def test_the_distill_benchmark_prints_each_model_its_scores_speeds_stages_and_the_goals(tmp_path):
+    """benchmarks.distill at a smoke size: a teacher and two students of seconds on 300 Multi30k pairs."""
+    pytest.importorskip("ctranslate2")
+    command = [sys.executable, "-m", "benchmarks.distill", "--work", str(tmp_path), "--teacher-minutes", "0.05",
+               "--student-minutes", "0.05", "--train-sentences", "300", "--test-sentences", "20",
+               "--max-new-tokens", "6"]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "beam" in line]
+    rows += [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "greedy" in line]
+    assert sorted((row[0], row[1]) for row in rows) == [
+        ("| distilled student", "beam 5"),
+        ("| distilled student", "greedy"),
+        ("| student on references", "beam 5"),
+        ("| student on references", "greedy"),
+        ("| teacher", "beam 5"),
+    ]
+    assert all(float(row[4].replace(",", "")) > 0 and float(row[5].replace(",", "")) > 0 for row in rows)
+    for stage in ("teacher training", "teacher translation of the training sources", "distilled student, training"):
+        assert f"| {stage} | " in completed.stdout
+    assert "distilled - on references, BLEU4: greedy" in completed.stdout
+    assert "distilled greedy / teacher beam 5, new tokens/s: PyTorch float32" in completed.stdout
+    corpus = tmp_path / "distilled-corpus"
+    assert sorted(path.name for path in corpus.iterdir() if path.name.startswith("train")) == ["train.de", "train.en"]
+    assert len((corpus / "train.de").read_text().splitlines()) == 300
