@@ -40,6 +40,11 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--student-minutes", type=float, default=15.0, help="training time of each student")
     parser.add_argument("--student-encoder-layers", type=int, default=4)
     parser.add_argument("--student-decoder-layers", type=int, default=1)
+    parser.add_argument(
+        "--student-norm-placement",
+        default="pre",
+        help="pre: Pre-LN (Post-LN decoders of 1 or 2 layers stayed on the target-only plateau: docs/experiments/)",
+    )
     parser.add_argument("--teacher-beams", type=int, default=5, help="beam of the teacher's translations")
     parser.add_argument(
         "--teacher-engine",
@@ -128,6 +133,7 @@ def train_student(args, name: str, corpus: Path, teacher: Path) -> tuple[Path, f
 
     folder = args.work / name
     shape = ["--encoder_layers", str(args.student_encoder_layers), "--decoder_layers", str(args.student_decoder_layers)]
+    shape += ["--norm_placement", args.student_norm_placement]
     log(f"training {name} on {corpus} for {args.student_minutes} minutes")
     started = time.perf_counter()
     train(
@@ -221,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_summary()}")
     print(
         f"teacher {teacher}; students: the recipe with {args.student_encoder_layers} encoder and "
-        f"{args.student_decoder_layers} decoder layer(s), {args.student_minutes} minutes each, the teacher's "
+        f"{args.student_decoder_layers} decoder layer(s), {args.student_norm_placement}-LN, {args.student_minutes} "
+        "minutes each, the teacher's "
         f"tokenizer; the teacher's beam-{args.teacher_beams} translations of "
         f"{corpus_record['sentences'][SPLITS['train']]:,} training sources; scored on {len(sources):,} sentences of "
         f"{test_name}"

@@ -824,6 +824,10 @@ def left_out_cases() -> Iterator[tuple[list[str], list[str]]]:
 CONDITIONALLY_REQUIRED = [
     (["plot", "positions", "--kind", "learned", "--output", "{tmp}/x.png"], ["--model"]),
     (["plot", "masks", "--text", "a dog", "--output", "{tmp}/x.png"], ["--tokenizer", "--model"]),
+    # HfArgumentParser's own required fields, which the command's argparse entry passes on
+    (["translate-corpus"], ["--model", "--output_dir"]),
+    (["translate-corpus", "--model", "{tmp}/m"], ["--output_dir"]),
+    (["translate-corpus", "--output_dir", "{tmp}/o"], ["--model"]),
 ]
 
 
@@ -1478,6 +1482,12 @@ def _latin1_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
     return ["--dataset", str(data)]
 
 
+def _latin1_table(corpus_folder: Path, tmp_path: Path) -> list[str]:
+    table = tmp_path / "train.jsonl"
+    table.write_bytes(b'{"en": "one", "de": "eins"}\n{"en": "f\xfcnf", "de": "f\xfcnf"}\n')
+    return ["--dataset", str(table)]
+
+
 def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
     data = _copy_folder(corpus_folder, tmp_path / "empty", ("tokenizer",))
     (data / "train.en").write_text("")
@@ -1497,6 +1507,10 @@ def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
             lambda teacher, data, tmp: _latin1_source(data, tmp),
             r"\S+latin1/train.en, line 5: not UTF-8 text \(byte 0xfc at column 2\): convert the file to UTF-8",
         ),
+        (
+            lambda teacher, data, tmp: _latin1_table(data, tmp),
+            r"\S+train.jsonl, line 2: not UTF-8 text \(byte 0xfc at column 10\)",
+        ),
         (lambda teacher, data, tmp: _empty_source(data, tmp), r"\S+empty/train.en holds no text to translate"),
         (lambda teacher, data, tmp: ["--train_split", "nope"], r"unknown split 'nope' in \S+: available splits: "),
         (lambda teacher, data, tmp: ["--source_lang", "fr"], r"unknown language 'fr': no \S+train.fr \(or .gz\)"),
@@ -1511,6 +1525,7 @@ def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
         "other-languages",
         "no-tokenizer",
         "not-utf8",
+        "not-utf8-table",
         "empty-source",
         "unknown-split",
         "unknown-language",
@@ -1558,4 +1573,15 @@ def test_translate_corpus_refuses_a_folder_of_other_files_or_of_another_translat
         f"output_dir {output} holds a translation of another corpus, model or settings (num_beams null there, 2 here)"
         in line
     )
+    assert {path.name: path.read_bytes() for path in output.iterdir()} == before
+    # the same command on changed text, or with a changed model, is another translation too
+    changed = shutil.copytree(corpus_folder, tmp_path / "changed")
+    (changed / "train.en").write_text((changed / "train.en").read_text() + "one more\n")
+    changed_flags = [*base, "--dataset", str(changed)]
+    assert main(changed_flags) == 2
+    assert "(translated: train differ)" in error_line(capsys, "translate-corpus")
+    other_model = shutil.copytree(corpus_teacher, tmp_path / "other_model")
+    (other_model / "generation_config.json").write_text('{"num_beams": 3}')
+    assert main([*base, "--model", str(other_model)]) == 2
+    assert "(model: generation_config.json differ)" in error_line(capsys, "translate-corpus")
     assert {path.name: path.read_bytes() for path in output.iterdir()} == before

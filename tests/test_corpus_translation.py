@@ -14,9 +14,12 @@ from helpers import QUIET_THREADS, TINY_TRAINING_MODEL, tiny_train_flags, write_
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
+from vanilla_transformer.corpus_translation.languages import check_languages
 from vanilla_transformer.inference import load_for_translation, translate
 from vanilla_transformer.inference.loading import load_tokenizer
 from vanilla_transformer.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, read_lines
+from vanilla_transformer.training import parse_arguments, prepare_corpus
+from vanilla_transformer.training.corpus import prepare_mix
 
 REPO = Path(__file__).resolve().parents[1]
 CHUNK = 70  # the numbers corpus's 300 training sentences make 5 chunks, the last one short
@@ -141,7 +144,7 @@ def test_killed_halfway_a_rerun_continues_after_the_last_whole_chunk_and_writes_
     again = [sys.executable, "-m", "vanilla_transformer.cli", *flags(teacher, corpus_folder, output)]
     rerun = subprocess.run(again, capture_output=True, text=True, env=QUIET_THREADS, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    # the progress starts at the chunks already written: 140 of the 300 sentences were left to translate
+    # the chunks already written are kept: 160 of the 300 sentences were left to translate
     assert "translated 160 sentences" in rerun.stdout
     assert corpus_bytes(output) == corpus_bytes(uninterrupted)
     assert not (output / ".translating").exists()
@@ -183,6 +186,36 @@ def test_the_ctranslate2_engine_in_int8_writes_what_its_translate_gives(teacher,
     assert not (output / "test.en").exists()
 
 
+def test_a_line_break_inside_a_table_text_becomes_a_space_so_the_corpus_stays_aligned(teacher, tmp_path):
+    texts = ["one hundred", "two\nthousand", "three\r\nhundred twelve", "four"]
+    table = write_jsonl(tmp_path / "train.jsonl", [{"en": text, "de": "x"} for text in texts])
+    output = tmp_path / "corpus"
+    assert main(["translate-corpus", "--model", str(teacher), "--dataset", str(table), "--output_dir", str(output),
+                 "--disable_progress_bar"]) == 0  # fmt: skip
+    assert read_lines(output / "train.en") == ["one hundred", "two thousand", "three hundred twelve", "four"]
+    assert len(read_lines(output / "train.de")) == 4
+
+
+@pytest.mark.parametrize(
+    ("declared", "asked", "refused"),
+    [
+        (["en", "de"], ("en", "de"), False),
+        (["pt_BR", "en"], ("pt", "en"), False),
+        (["eng", "zho"], ("en", "zh"), False),  # ISO 639-3 codes in an opus-mt tokenizer: not comparable, not refused
+        (["mul", "en"], ("fr", "en"), False),
+        (["de", "en"], ("en", "de"), True),
+        (["en", "fr"], ("en", "de"), True),
+    ],
+)
+def test_the_languages_a_model_declares_are_compared_by_language(declared, asked, refused, tmp_path):
+    (tmp_path / "README.md").write_text(f"---\nlanguage:\n- {declared[0]}\n- {declared[1]}\n---\n")
+    if refused:
+        with pytest.raises(ValueError, match=f"translates {declared[0]}->{declared[1]} \\(its model card\\)"):
+            check_languages(str(tmp_path), object(), *asked)
+    else:
+        check_languages(str(tmp_path), object(), *asked)
+
+
 def test_validation_is_translated_on_request_and_a_jsonl_source_reads_as_a_folder_does(
     teacher, corpus_folder, tmp_path
 ):
@@ -221,8 +254,13 @@ def test_back_translation_of_one_language_text_is_mixed_into_training_with_a_tag
     train_flags += ["--vocab_size", "300"]
     assert main(["train", *train_flags]) == 0
     tokenizer = load_tokenizer(tmp_path / "student")
-    assert tokenizer.convert_tokens_to_ids("<BT>") == len(tokenizer) - 1  # one token the run's tokenizer holds
-    assert tokenizer("<BT> one")["input_ids"][0] == len(tokenizer) - 1
+    tag = tokenizer.convert_tokens_to_ids("<BT>")
+    assert tag == len(tokenizer) - 1  # one token the run's tokenizer holds
+    _, data_args, _ = parse_arguments(train_flags)
+    mixed = prepare_mix(data_args, tokenizer)
+    assert mixed.num_rows == 120 and all(ids[0] == tag for ids in mixed["input_ids"])
+    real = prepare_corpus(data_args, tokenizer).train
+    assert not any(tag in ids for ids in real["input_ids"])
 
 
 def test_a_student_trains_on_the_teachers_corpus(uninterrupted, corpus_folder, tmp_path):

@@ -18,7 +18,7 @@ REMOTE_CODE = {
     for path in [PACKAGE / entry, *get_relative_import_files(str(PACKAGE / entry))]
 }
 ALLOWED_THIRD_PARTY = {"torch", "transformers", "huggingface_hub"}  # huggingface_hub comes with transformers
-SUBPACKAGES = {"training", "inference", "hub", "visualization", "demo", "export", "convert"}
+SUBPACKAGES = {"training", "inference", "corpus_translation", "hub", "visualization", "demo", "export", "convert"}
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:

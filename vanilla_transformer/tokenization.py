@@ -38,9 +38,10 @@ def open_text(path: str | os.PathLike, newline: str | None) -> Iterator[TextIO]:
         raise ValueError(f"{path}: not a readable UTF-8 text file ({error})") from error
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the lines of a plain or gzipped UTF-8 text file without their line ending (\\n or \\r\\n). A line
-    that is not UTF-8 is a ValueError naming the file and the line."""
+def iter_lines(path: str | os.PathLike, keep_ends: bool = False) -> Iterator[str]:
+    """Yield the lines of a plain or gzipped UTF-8 text file without their line ending (\\n or \\r\\n; with
+    `keep_ends`, as they are, for a csv reader). A line that is not UTF-8 is a ValueError naming the file and the
+    line."""
     opener = gzip.open if Path(path).suffix == ".gz" else open
     # Split on "\n" only, line by line in bytes: universal newlines would also split on a stray "\r" and break the
     # line alignment, and a text file's decoder fails on a block of lines, not on the line at fault.
@@ -56,7 +57,7 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
                     ) from None
                 if number == 1:
                     line = line.removeprefix("\ufeff")  # the byte-order mark some editors write first
-                yield line.removesuffix("\n").removesuffix("\r")
+                yield line if keep_ends else line.removesuffix("\n").removesuffix("\r")
     except (gzip.BadGzipFile, EOFError) as error:  # these messages do not name the file
         raise ValueError(f"{path}: not a readable UTF-8 text file ({error})") from error
 

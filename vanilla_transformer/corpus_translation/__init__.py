@@ -1,6 +1,4 @@
-"""Translating a whole corpus with a model (`vanilla-transformer translate-corpus`): the teacher's translations a
-small student learns from (sequence-level distillation), or synthetic sources made from target-language text
-(back-translation). The folder written is a corpus that `train --dataset` reads as it is."""
+"""Translating a whole corpus with a model (`translate-corpus`): distillation's teacher data, back-translation."""
 
 import argparse
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
+
+# ISO 639 codes of many languages (opus-mt's multilingual models): no one language to compare
+GROUP_CODES = {"mul", "und", "mis", "zxx"}
 
 
 def declared_languages(model: str, tokenizer) -> tuple[tuple[str, str], str] | None:
@@ -35,15 +39,23 @@ def check_languages(model: str, tokenizer, source_lang: str, target_lang: str) -
     if declared is None:
         return
     (source, target), where = declared
-    if (source, target) == (source_lang, target_lang):
+    declared_codes, asked = (_primary(source), _primary(target)), (_primary(source_lang), _primary(target_lang))
+    if any(len(code) != len(other) or code in GROUP_CODES for code, other in zip(declared_codes, asked, strict=True)):
+        return  # "eng" or "mul" against "en": codes of other kinds, which say nothing certain here
+    if declared_codes == asked:
         return
     reversed_hint = (
         ": it translates the other way (back-translation runs a target->source model on target-language text, with "
         "--source_lang and --target_lang swapped)"
-        if (source, target) == (target_lang, source_lang)
+        if declared_codes == asked[::-1]
         else ""
     )
     raise ValueError(
         f"--model {model} translates {source}->{target} ({where}), but the corpus is asked for "
         f"{source_lang}->{target_lang} (--source_lang {source_lang} --target_lang {target_lang}){reversed_hint}"
     )
+
+
+def _primary(code: str) -> str:
+    """The language of a code, without its region or script: "pt_BR" and "pt-br" are "pt", "zh-Hans" is "zh"."""
+    return re.split(r"[_-]", code.strip().lower())[0]

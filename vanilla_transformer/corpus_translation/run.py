@@ -11,7 +11,6 @@ those written -> the last process joins the chunks into the corpus.
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from tqdm.auto import tqdm
 from ..inference.ctranslate2_engine import load_ctranslate2
 from ..inference.loading import load_tokenizer
 from ..inference.translate import _translate, load_for_translation
+from ..tokenization import iter_lines
 from ..training.corpus import FileDigests, default_corpus_cache, read_split, split_source
 from .arguments import CorpusTranslationArguments
 from .languages import check_languages
@@ -63,9 +63,9 @@ def translate_corpus(args: CorpusTranslationArguments) -> dict:
     folder.check()
     if folder.finished:
         return {"finished": True, "already": True, "folder": str(folder.folder)}
-    counts = {role: count_sentences(side) for role, side in sides.items()}
-    # the tokenizer says what the model translates: a wrong model is refused before its weights load
+    # the tokenizer says what the model translates: a wrong model is refused before the text is read or weights load
     check_languages(args.model, load_tokenizer(args.model, described_as="model"), args.source_lang, args.target_lang)
+    counts = {role: count_sentences(side) for role, side in sides.items()}
     model, tokenizer = load_translator(args, state)
     if args.length_penalty is not None:
         model.generation_config.length_penalty = args.length_penalty
@@ -96,6 +96,7 @@ def translate_corpus(args: CorpusTranslationArguments) -> dict:
                 if index not in wanted:
                     continue
                 first = index * args.chunk_sentences
+                folder.remove_partial_chunk(role, index)
                 translations = _translate(
                     model,
                     tokenizer,
@@ -107,9 +108,10 @@ def translate_corpus(args: CorpusTranslationArguments) -> dict:
                     device=None,
                     progress=False,
                     line_names=[side.line_name(first + k) for k in range(len(chunk))],
+                    on_batch=bar.update,
                 )
+                bar.update(len(chunk) - sum(1 for text in chunk if text.strip()))  # empty lines skip the model
                 folder.write_chunk(role, index, translations)
-                bar.update(len(chunk))
     seconds = time.perf_counter() - started
     done = {"translated_sentences": remaining, "seconds": round(seconds, 1), "folder": str(folder.folder)}
     done["sentences_per_second"] = round(remaining / seconds, 1) if remaining and seconds > 0 else None
@@ -126,9 +128,14 @@ def translate_corpus(args: CorpusTranslationArguments) -> dict:
             if translated != written[name]:  # a chunk changed under the run: never a misaligned corpus
                 raise RuntimeError(f"{name}: {written[name]} sources but {translated} translations")
         for role, source in carried.items():
-            pairs = read_split(source)
-            written[names[role]] = folder.write_split(names[role], args.source_lang, pairs[args.source_lang])
-            folder.write_split(names[role], args.target_lang, pairs[args.target_lang])
+            if len(source.files) == 2:  # two text files: copied as they are, line numbers and bytes kept
+                folder.copy_split(source.files)
+                written[names[role]] = sum(1 for _ in iter_lines(source.files[0]))
+            else:  # a table or a Hub dataset: its pairs as text files
+                pairs = read_split(source)
+                folder.write_split(names[role], args.source_lang, pairs[args.source_lang])
+                folder.write_split(names[role], args.target_lang, pairs[args.target_lang])
+                written[names[role]] = pairs.num_rows
         folder.finish(
             {
                 "model": args.model,
@@ -159,10 +166,10 @@ def count_sentences(side: SourceSide) -> int:
     return count
 
 
-def model_identity(model: str, digests: FileDigests) -> str:
-    """A local model folder by the bytes of its files (not its card), a Hub id by its name."""
+def model_identity(model: str, digests: FileDigests) -> str | dict[str, str]:
+    """A local model folder by the bytes of each of its files (not its card), a Hub id by its name."""
     path = Path(model)
     if not path.is_dir():
         return f"hub:{model}"
     files = sorted(entry for entry in path.iterdir() if entry.is_file() and entry.name not in _NOT_THE_MODEL)
-    return json.dumps({entry.name: digests(entry) for entry in files}, sort_keys=True)
+    return {entry.name: digests(entry) for entry in files}

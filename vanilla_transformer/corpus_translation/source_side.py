@@ -7,10 +7,9 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..hub.connection import load_dataset_or_cache
 from ..hub.push import HUB_ID
 from ..tokenization import iter_lines
-from ..training.corpus import _LOCAL_SUFFIXES, _TABLE_FILE, _TEXT_FILE, FileDigests, read_records
+from ..training.corpus import _LOCAL_SUFFIXES, _TABLE_FILE, FileDigests, _folder_split, _load_hub, _table_batches
 
 _HUB_ROWS = 10_000  # rows of a Hub dataset turned into Python strings at a time
 
@@ -27,12 +26,14 @@ class SourceSide:
     hub_config: str | None = None
 
     def texts(self) -> Iterator[str]:
-        """The sentences in order, streamed; a line break inside one (a table's or a Hub dataset's text) becomes a
-        space, so that the written corpus stays aligned line by line."""
+        """The sentences in order, streamed (a table's or a Hub dataset's may hold line breaks)."""
         if self.hub_id is not None:
-            yield from self._hub_texts()
+            table = self._hub_dataset().with_format("arrow")
+            for start in range(0, table.num_rows, _HUB_ROWS):
+                yield from (text or "" for text in table[start : start + _HUB_ROWS][self.language].to_pylist())
         elif _TABLE_FILE.fullmatch(self.file.name):
-            yield from self._table_texts()
+            for batch in _table_batches(self.file, (self.language,)):
+                yield from batch.column(0).to_pylist()
         else:
             yield from iter_lines(self.file)
 
@@ -51,68 +52,20 @@ class SourceSide:
             return f"hub:{self.hub_id}:{self.hub_config}:{self.split}:{self._hub_dataset()._fingerprint}"
         return f"file:{self.file.name}={digests(self.file)}"
 
-    def _table_texts(self) -> Iterator[str]:
-        file_format = _TABLE_FILE.fullmatch(self.file.name)["format"]
-        for number, record in enumerate(read_records(self.file, file_format), 1):
-            if isinstance(record, dict) and isinstance(record.get("translation"), dict):
-                record = {**record, **record["translation"]}
-            text = record.get(self.language) if isinstance(record, dict) else None
-            if not isinstance(text, str):
-                if number == 1 and isinstance(record, dict) and self.language not in record:
-                    raise ValueError(
-                        f"unknown language {self.language!r} in {self.file}: available columns: {', '.join(record)}"
-                    )
-                raise ValueError(f"{self.file}, record {number}: {self.language!r} is {text!r}, not a text")
-            yield " ".join(text.splitlines())
-
     def _hub_dataset(self):
-        dataset = load_dataset_or_cache(self.hub_id, self.hub_config, split=self.split)
-        if "translation" in dataset.column_names:
-            dataset = dataset.flatten()
-            dataset = dataset.rename_columns(
-                {name: name.removeprefix("translation.") for name in dataset.column_names if "." in name}
-            )
-        if self.language not in dataset.column_names:
-            raise ValueError(
-                f"unknown language {self.language!r} in {self.hub_id} ({self.split}): available columns: "
-                + ", ".join(dataset.column_names)
-            )
-        return dataset.select_columns([self.language])
-
-    def _hub_texts(self) -> Iterator[str]:
-        table = self._hub_dataset().with_format("arrow")
-        for start in range(0, table.num_rows, _HUB_ROWS):
-            for text in table[start : start + _HUB_ROWS][self.language].to_pylist():
-                yield " ".join((text or "").splitlines())
+        return _load_hub(self.hub_id, (self.language,), self.split, self.hub_config)
 
 
 def find_source_side(dataset: str, language: str, split: str, hub_config: str | None = None) -> SourceSide:
-    """Find (not read) the text of `split` in `language`, so that a missing file, split or language is named before
-    a model loads."""
+    """Find (not read) the text of `split` in `language`, as `train` finds a split with both languages, so that a
+    missing file, split or language is named before a model loads."""
     path = Path(dataset)
+    if path.is_dir():
+        return SourceSide(language, split, file=_folder_split(path, (language,), split).files[0])
     if path.is_file():
         if not _TABLE_FILE.fullmatch(path.name):
             raise ValueError(f"{path}: expected a .jsonl or .csv file (optionally .gz), or a folder")
         return SourceSide(language, split, file=path)
-    if path.is_dir():
-        text_files, splits = {}, set()
-        for entry in sorted(path.iterdir()):
-            if match := _TABLE_FILE.fullmatch(entry.name):
-                text_files.setdefault((match["split"], None), entry)
-                splits.add(match["split"])
-            elif match := _TEXT_FILE.fullmatch(entry.name):
-                text_files.setdefault((match["split"], match["lang"]), entry)
-                splits.add(match["split"])
-        found = text_files.get((split, language)) or text_files.get((split, None))
-        if found is not None:
-            return SourceSide(language, split, file=found)
-        if split in splits:
-            others = ", ".join(sorted(lang for name, lang in text_files if name == split and lang))
-            raise ValueError(
-                f"unknown language {language!r}: no {path / f'{split}.{language}'} (or .gz); split {split!r} has "
-                f"{others or 'no text files'}"
-            )
-        raise ValueError(f"unknown split {split!r} in {path}: available splits: {', '.join(sorted(splits)) or 'none'}")
     # a Hub id is "name" or "owner/name"; anything else that names no existing path is a missing local one
     if path.suffix in _LOCAL_SUFFIXES or not HUB_ID.fullmatch(dataset):
         raise FileNotFoundError(f"{dataset}: no such file or folder")

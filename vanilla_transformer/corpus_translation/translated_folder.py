@@ -10,12 +10,16 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: one process at a time, with nothing to lock against
+    fcntl = None
 
 WORK = ".translating"  # the chunks and the plan, while the folder is not finished
 PLAN = "plan.json"
@@ -52,6 +56,8 @@ class TranslatedFolder:
     def start(self) -> None:
         """Write the plan, or continue the folder of the same plan; the partial chunks of a killed run go."""
         self.check()
+        if self.finished:  # another process of the launch finished it meanwhile
+            return
         if not (self.work / PLAN).is_file():
             self.work.mkdir(parents=True, exist_ok=True)
             partial = self.work / f".{PLAN}.{os.getpid()}.partial"
@@ -62,10 +68,6 @@ class TranslatedFolder:
                 self._check_same_plan(self.work / PLAN)
             finally:
                 partial.unlink()
-        for left in self.work.glob("*/.chunk-*.partial"):
-            if not _running(int(left.name.split(".")[-2])):  # another process of the launch may be writing it
-                with contextlib.suppress(OSError):
-                    left.unlink()
 
     def _check_same_plan(self, marker: Path) -> None:
         try:
@@ -76,7 +78,7 @@ class TranslatedFolder:
             ) from error
         written = written.get("plan", written) if marker.name == FINISHED else written
         differences = [
-            f"{key} {_short(written.get(key))} there, {_short(self.plan.get(key))} here"
+            _difference(key, written.get(key), self.plan.get(key))
             for key in sorted(set(written) | set(self.plan))
             if written.get(key) != self.plan.get(key)
         ]
@@ -94,6 +96,13 @@ class TranslatedFolder:
     def has_chunk(self, role: str, index: int) -> bool:
         return self.chunk_file(role, index).is_file()
 
+    def remove_partial_chunk(self, role: str, index: int) -> None:
+        """What a killed run left of a chunk: only the process that translates the chunk calls this, so no live
+        writer's file goes, whatever machine of a launch wrote it."""
+        for left in (self.work / role).glob(f".{self.chunk_file(role, index).name}.*.partial"):
+            with contextlib.suppress(OSError):
+                left.unlink()
+
     def write_chunk(self, role: str, index: int, translations: list[str]) -> None:
         """One chunk's translations, one a line, whole or not at all: written to a partial file, flushed to disk,
         renamed into place."""
@@ -101,7 +110,7 @@ class TranslatedFolder:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
         with partial.open("w", encoding="utf-8", newline="\n") as file:
-            file.writelines(" ".join(text.splitlines()) + "\n" for text in translations)
+            file.writelines(as_line(text) + "\n" for text in translations)
             file.flush()
             os.fsync(file.fileno())
         os.replace(partial, path)
@@ -122,7 +131,8 @@ class TranslatedFolder:
             return
         self.work.mkdir(parents=True, exist_ok=True)
         with (self.work / ".finish.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
             yield not self.finished
         if self.finished:  # another process finished it while this one waited
             shutil.rmtree(self.work, ignore_errors=True)
@@ -134,10 +144,17 @@ class TranslatedFolder:
         count = 0
         with partial.open("w", encoding="utf-8", newline="\n") as file:
             for line in lines:
-                file.write(" ".join(line.splitlines()) + "\n")
+                file.write(as_line(line) + "\n")
                 count += 1
         os.replace(partial, path)
         return count
+
+    def copy_split(self, files: Iterable[Path]) -> None:
+        """A split carried over byte for byte: its text files, under their own names."""
+        for source in files:
+            partial = self.work / f".{source.name}.partial"
+            shutil.copyfile(source, partial)
+            os.replace(partial, self.folder / source.name)
 
     def finish(self, record: dict) -> None:
         """Mark the folder finished (its record names the plan) and remove the chunks."""
@@ -147,14 +164,16 @@ class TranslatedFolder:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
+def as_line(text: str) -> str:
+    """`text` as one line that reads back as it is (`iter_lines` splits on "\\n" and drops a final "\\r")."""
+    return text.replace("\r\n", " ").replace("\n", " ").removesuffix("\r")
+
+
+def _difference(key: str, there, here) -> str:
+    if isinstance(there, dict) and isinstance(here, dict):  # name the parts that differ (the model's files, say)
+        parts = sorted(name for name in set(there) | set(here) if there.get(name) != here.get(name))
+        return f"{key}: {', '.join(parts)} differ"
+    return f"{key} {_short(there)} there, {_short(here)} here"
 
 
 def _short(value) -> str:

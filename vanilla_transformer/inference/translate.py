@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -87,6 +87,7 @@ def _translate(
     device: str | torch.device | None,
     progress: bool,
     line_names: Sequence[str] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:
     if isinstance(texts, str):
         raise TypeError("translate() takes a list of texts, not a single string: wrap it as [text]")
@@ -149,6 +150,8 @@ def _translate(
             for index, text in zip(batch, decoded, strict=True):
                 results[index] = text.strip()
             bar.update(len(batch))
+            if on_batch is not None:  # a caller's own progress (translate-corpus counts a whole corpus)
+                on_batch(len(batch))
     finally:
         bar.close()
         model.train(was_training)

@@ -33,7 +33,7 @@ from transformers import PreTrainedTokenizerBase
 from ..hub.connection import HubUnreachableError, load_dataset_or_cache
 from ..hub.push import HUB_ID
 from ..inference.loading import load_tokenizer
-from ..tokenization import MIN_FREQUENCY, iter_lines, open_text, train_tokenizer
+from ..tokenization import MIN_FREQUENCY, iter_lines, train_tokenizer
 from .arguments import DataArguments
 from .prepared_folder import (
     DamagedCorpusError,
@@ -179,7 +179,7 @@ def _folder_split(folder: Path, languages: tuple[str, str], split: str) -> Split
             if any(lang in other for other in text_files.values()):
                 raise FileNotFoundError(f"missing file {expected} (or .gz): split {split!r} has only {available}")
             raise ValueError(f"unknown language {lang!r}: no {expected} (or .gz); available languages: {available}")
-        return SplitSource(languages, files=(files[languages[0]], files[languages[1]]))
+        return SplitSource(languages, files=tuple(files[lang] for lang in languages))
     if split in table_files:
         return SplitSource(languages, files=(table_files[split],))
     available = ", ".join(sorted(text_files.keys() | table_files.keys())) or "none"
@@ -231,25 +231,25 @@ def _aligned_batches(src_path: Path, tgt_path: Path, languages: tuple[str, str])
 def read_records(path: Path, file_format: str) -> Iterator[dict]:
     """The records of a jsonl file, or of a csv or tsv file with a header line (a tsv has no quoting: quotes are
     text, as in GLUE's files), one dict each."""
-    with open_text(path, newline="") as lines:
-        if file_format in ("csv", "tsv"):
-            tabs = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else {}
-            reader = csv.DictReader(lines, **tabs)
-            for record in reader:
-                if None in record:  # DictReader files the values past the header's columns under None
-                    separator = "tab" if file_format == "tsv" else "comma inside an unquoted text? quote it"
-                    raise ValueError(
-                        f"{path}, line {reader.line_num}: more values than the header has columns (a {separator})"
-                    )
-                yield record
-            return
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: invalid JSON ({error})") from error
+    # line by line from bytes, so that a line that is not UTF-8 is named with its number
+    if file_format in ("csv", "tsv"):
+        tabs = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else {}
+        reader = csv.DictReader(iter_lines(path, keep_ends=True), **tabs)
+        for record in reader:
+            if None in record:  # DictReader files the values past the header's columns under None
+                separator = "tab" if file_format == "tsv" else "comma inside an unquoted text? quote it"
+                raise ValueError(
+                    f"{path}, line {reader.line_num}: more values than the header has columns (a {separator})"
+                )
+            yield record
+        return
+    for number, line in enumerate(iter_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}, line {number}: invalid JSON ({error})") from error
 
 
 def _table_batches(path: Path, languages: tuple[str, str]) -> Iterator[pa.RecordBatch]:
