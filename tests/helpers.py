@@ -27,6 +27,7 @@ MODEL_CODE_FILES = {
     "residual.py",
     "layers.py",
     "loss.py",
+    "lexical_shortlist.py",
     "dropout.py",
     "weight_files.py",
 }

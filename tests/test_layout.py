@@ -17,8 +17,19 @@ REMOTE_CODE = {
     for entry in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py")
     for path in [PACKAGE / entry, *get_relative_import_files(str(PACKAGE / entry))]
 }
-ALLOWED_THIRD_PARTY = {"torch", "transformers", "huggingface_hub"}  # huggingface_hub comes with transformers
-SUBPACKAGES = {"training", "inference", "corpus_translation", "hub", "visualization", "demo", "export", "convert"}
+# huggingface_hub and safetensors come with transformers (it requires both)
+ALLOWED_THIRD_PARTY = {"torch", "transformers", "huggingface_hub", "safetensors"}
+SUBPACKAGES = {
+    "training",
+    "inference",
+    "corpus_translation",
+    "shortlist",
+    "hub",
+    "visualization",
+    "demo",
+    "export",
+    "convert",
+}
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:

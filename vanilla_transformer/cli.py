@@ -14,6 +14,7 @@ from .export import add_export_subcommand
 from .export.ctranslate2_spec import MissingExtraError
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
+from .shortlist import add_shortlist_subcommand, run_shortlist
 from .tokenization import add_tokenizer_subcommand
 from .training import RunEndedWithErrors, add_prepare_subcommand, add_train_subcommand, run_prepare, run_train
 from .training.arguments import OneLineErrors
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_classify_subcommand(subcommands)
     add_translate_subcommand(subcommands)
     add_translate_corpus_subcommand(subcommands)
+    add_shortlist_subcommand(subcommands)
     add_push_subcommand(subcommands)
     add_export_subcommand(subcommands)
     add_convert_subcommand(subcommands)
@@ -114,6 +116,8 @@ def run(argv: list[str]) -> int:
         return run_classify(argv[1:])
     if argv[:1] == ["translate-corpus"]:
         return run_translate_corpus(argv[1:])
+    if argv[:1] == ["shortlist"]:
+        return run_shortlist(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

@@ -47,6 +47,7 @@ from .attention import VanillaTransformerAttention
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .dropout import FastCpuDropout
 from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
+from .lexical_shortlist import LexicalShortlist, generate_with_shortlist
 from .loss import label_smoothed_cross_entropy
 from .positions import build_absolute_positions, build_linear_biases, build_rotary, embedding_scale
 from .residual import AddAndNorm, build_norm
@@ -533,6 +534,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             else ("model.decoder.embeddings.embed_tokens.weight")
         )
         self._tied_weights_keys = {"lm_head.weight": source}
+        # generate(use_shortlist=True): the folder's lexical shortlist, read when first used (or assigned)
+        self.lexical_shortlist: LexicalShortlist | None = None
+        self._restricted_generator = None  # set while a shortlisted generate() runs
         self.post_init()
 
     def get_encoder(self, modality=None):
@@ -568,6 +572,30 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             for token_id in ids if isinstance(ids, list) else [ids]:
                 if token_id is not None and not lowest <= token_id < vocab_size:
                     raise ValueError(f"{name}={token_id} is outside the vocabulary [0, {vocab_size})")
+
+    def generate(self, inputs=None, generation_config=None, **kwargs):
+        """transformers' generate(), plus `use_shortlist=True` (a generation setting, so also
+        `generation_config.use_shortlist`): decode each batch in the target tokens its source tokens' lexical
+        shortlist allows (see `lexical_shortlist.py`); the output is in the full vocabulary as always."""
+        use_shortlist = kwargs.pop("use_shortlist", None)
+        if use_shortlist is None:
+            use_shortlist = getattr(generation_config or self.generation_config, "use_shortlist", False)
+        if not use_shortlist:
+            return super().generate(inputs, generation_config, **kwargs)
+        return generate_with_shortlist(self, self.shortlist(), super().generate, inputs, generation_config, kwargs)
+
+    def shortlist(self) -> LexicalShortlist:
+        """The lexical shortlist generate(use_shortlist=True) decodes with: the one assigned to
+        `lexical_shortlist`, else the one saved in the folder (or Hub repo) the model was loaded from."""
+        if self.lexical_shortlist is None:
+            if not self.name_or_path:
+                raise ValueError(
+                    "this model was not loaded from a folder, so it has no lexical shortlist: assign one "
+                    "(model.lexical_shortlist = LexicalShortlist.load(path))"
+                )
+            self.lexical_shortlist = LexicalShortlist.from_pretrained(self.name_or_path)
+        self.lexical_shortlist.check_fits(self.config)
+        return self.lexical_shortlist
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
@@ -632,6 +660,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        restricted = self._restricted_generator  # a shortlisted generate(): its ids are rows of the shortlist
+        if restricted is not None and decoder_input_ids is not None:
+            decoder_input_ids = restricted.full_ids(decoder_input_ids)
 
         outputs = self.model(
             input_ids=input_ids,
@@ -648,9 +679,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             **kwargs,
         )
         # (batch, target_len, d_model) -> (batch, target_len, vocab_size)
-        logits = self.lm_head(outputs.last_hidden_state)
-        if self.config.final_logits_bias:
-            logits = logits + self.final_logits_bias
+        if restricted is not None:
+            logits = restricted.logits(outputs.last_hidden_state)
+        else:
+            logits = self.lm_head(outputs.last_hidden_state)
+            if self.config.final_logits_bias:
+                logits = logits + self.final_logits_bias
         loss = None if labels is None else self.loss_function(logits, labels, num_items_in_batch)
 
         return Seq2SeqLMOutput(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 # Ids 0-3 are the model config's pad/bos(decoder start)/eos defaults; the trainer assigns ids in this order.
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -128,6 +129,20 @@ def train_tokenizer(
         model_input_names=["input_ids", "attention_mask"],
         clean_up_tokenization_spaces=False,  # it would glue "a ." to "a." and break exact round trips
     )
+
+
+def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:
+    """What a given tokenizer encodes by: its whole tokenizer.json, or the vocabulary of a slow tokenizer."""
+    if tokenizer.is_fast:
+        described = tokenizer.backend_tokenizer.to_str().encode()
+    else:
+        described = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer.special_tokens_map], sort_keys=True)
+        described = described.encode()
+        # Marian's splits source and target text with SentencePiece models of their own
+        for name in ("spm_source", "spm_target"):
+            if hasattr(tokenizer, name):
+                described += getattr(tokenizer, name).serialized_model_proto()
+    return f"{type(tokenizer).__name__}:{hashlib.blake2b(described, digest_size=16).hexdigest()}"
 
 
 def with_sentence_start(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import torch
 
+from ..lexical_shortlist import SHORTLIST_FILE
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .ctranslate2_vmap import folder_shortlist, write_vocabulary_map
 
 # Positions written for sinusoidal models: past every input `translate` accepts (1024 tokens) and its output
 POSITION_TABLE_ROWS = 2048
@@ -187,20 +190,23 @@ def build_spec(model: VanillaTransformerForConditionalGeneration, tokenizer):
     spec.config.eos_token = tokenizer.eos_token
     spec.config.unk_token = tokenizer.unk_token
     spec.config.decoder_start_token = tokenizer.convert_ids_to_tokens(config.decoder_start_token_id)
+    source, target = vocabularies(tokenizer, config)
+    spec.register_source_vocabulary(source)
+    spec.register_target_vocabulary(target)
+    return spec
+
+
+def vocabularies(tokenizer, config) -> tuple[list[str], list[str]]:
+    """The source and target tokens in id order: one list twice, or Marian's two."""
     vocabulary = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
     if len(vocabulary) != config.vocab_size:
         raise ValueError(
             f"the tokenizer has {len(vocabulary)} tokens but the model's vocab_size is {config.vocab_size}: "
             "CTranslate2 needs one token per embedding row"
         )
-    spec.register_source_vocabulary(vocabulary)
-    spec.register_target_vocabulary(
-        target_vocabulary(tokenizer, config)
-        # Marian's separate vocabularies may also have one size: the tokenizer says whether they are two
-        if config.has_separate_target_vocabulary or getattr(tokenizer, "separate_vocabs", False)
-        else vocabulary
-    )
-    return spec
+    # Marian's separate vocabularies may also have one size: the tokenizer says whether they are two
+    separate = config.has_separate_target_vocabulary or getattr(tokenizer, "separate_vocabs", False)
+    return vocabulary, target_vocabulary(tokenizer, config) if separate else vocabulary
 
 
 def target_vocabulary(tokenizer, config) -> list[str]:
@@ -260,9 +266,16 @@ def export_ctranslate2(
         def _load(self):
             return spec
 
+    shortlist = folder_shortlist(folder, model.config, tokenizer)
     if output.exists() and force:
         shutil.rmtree(output)
-    _Converter().convert(str(output), quantization=quantization, force=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        vmap = None
+        if shortlist is not None:  # CTranslate2's vocabulary map: `translate --engine ctranslate2 --shortlist`
+            vmap = write_vocabulary_map(shortlist, *vocabularies(tokenizer, model.config), Path(scratch) / "vmap.txt")
+        _Converter().convert(str(output), vmap=vmap, quantization=quantization, force=True)
+    if shortlist is not None:
+        shortlist.save(output / SHORTLIST_FILE)  # what it was built for travels with it, for translate's checks
     tokenizer.save_pretrained(output)
     model.generation_config.save_pretrained(output)
     card = Path(folder) / "README.md"

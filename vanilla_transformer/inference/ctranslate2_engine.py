@@ -21,6 +21,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..export.ctranslate2_spec import MODEL_CONFIG_FILE, import_ctranslate2
+from ..lexical_shortlist import BUILD_HINT, SHORTLIST_FILE, LexicalShortlist, ShortlistError
 from .loading import load_tokenizer
 
 
@@ -30,8 +31,11 @@ class CTranslate2Model:
 
     training = False
 
-    def __init__(self, translator, tokenizer: PreTrainedTokenizerBase, config, generation_config: GenerationConfig):
+    def __init__(
+        self, translator, tokenizer: PreTrainedTokenizerBase, config, generation_config: GenerationConfig, folder: Path
+    ):
         self.translator = translator
+        self.folder = folder
         self.tokenizer = tokenizer
         self.config = config
         self.generation_config = generation_config
@@ -49,7 +53,18 @@ class CTranslate2Model:
             raise ValueError(f"this CTranslate2 model runs on {self.translator.device}: load it with device={device!r}")
         return self
 
-    def generate(self, input_ids, attention_mask, num_beams=1, max_new_tokens=None, **kwargs) -> torch.Tensor:
+    def shortlist(self) -> LexicalShortlist:
+        """The shortlist the export's vocabulary map was written from (`export ctranslate2` of a folder with one)."""
+        if not (self.folder / "vmap.txt").is_file() or not (self.folder / SHORTLIST_FILE).is_file():
+            raise ShortlistError(
+                f"the export {self.folder} has no vocabulary map: build a shortlist into the model folder "
+                f"({BUILD_HINT.format(folder='FOLDER')}), then export it again"
+            )
+        return LexicalShortlist.load(self.folder / SHORTLIST_FILE)
+
+    def generate(
+        self, input_ids, attention_mask, num_beams=1, max_new_tokens=None, use_shortlist=False, **kwargs
+    ) -> torch.Tensor:
         """The decoder start token, the translation and `</s>` per sentence, padded: what generate() returns."""
         # the tokenizer pads on its padding side: keep each row's real tokens, whichever side they sit on
         rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)]
@@ -72,6 +87,7 @@ class CTranslate2Model:
             # Marian converter removes from the vocabulary instead)
             suppress_sequences=[self.tokenizer.convert_ids_to_tokens(ids) for ids in settings.bad_words_ids or []]
             or None,
+            use_vmap=use_shortlist,  # the export's vocabulary map: the lexical shortlist
         )
         start, end, pad = self.config.decoder_start_token_id, self.config.eos_token_id, self.config.pad_token_id
         outputs = [[start, *self.target_ids(r.hypotheses[0]), end] for r in results]
@@ -117,7 +133,7 @@ def load_ctranslate2(
     translator = ctranslate2.Translator(
         str(folder), device=device, device_index=device_index, compute_type=compute_type, intra_threads=threads
     )
-    return CTranslate2Model(translator, tokenizer, config, generation_config), tokenizer
+    return CTranslate2Model(translator, tokenizer, config, generation_config, folder), tokenizer
 
 
 __all__ = ["CTranslate2Model", "load_ctranslate2"]

@@ -21,7 +21,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..tokenization import iter_lines
+from ..lexical_shortlist import LexicalShortlist
+from ..tokenization import iter_lines, tokenizer_identity
 from .ctranslate2_engine import load_ctranslate2
 from .loading import load_model_folder, load_tokenizer
 from .quantization import QUANTIZATIONS, quantize_linear_layers
@@ -49,6 +50,7 @@ def translate(
     max_input_tokens: int | None = None,
     device: str | torch.device | None = None,
     progress: bool = False,
+    shortlist: bool = False,
 ) -> list[str]:
     """Translate `texts` with `model.generate`; the translations come back in the order of `texts`.
 
@@ -61,6 +63,8 @@ def translate(
       own length, so a translation never depends on its batch). Every other generation setting (length penalty,
       early stopping, ...) comes from `model.generation_config`.
     - `device`: where to run (the model is moved there); None keeps the model where it is.
+    - `shortlist=True`: decode with the model folder's lexical shortlist (`vanilla-transformer shortlist` builds one):
+      each batch's generator computes only the rows its source tokens' candidates allow.
     """
     return _translate(
         model,
@@ -72,6 +76,7 @@ def translate(
         max_input_tokens=max_input_tokens,
         device=device,
         progress=progress,
+        shortlist=shortlist,
     )
 
 
@@ -88,10 +93,15 @@ def _translate(
     progress: bool,
     line_names: Sequence[str] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    shortlist: bool = False,
 ) -> list[str]:
     if isinstance(texts, str):
         raise TypeError("translate() takes a list of texts, not a single string: wrap it as [text]")
     check_options(num_beams, max_new_tokens, batch_size, max_input_tokens)
+    if shortlist:  # before any work: the shortlist is there and holds this tokenizer's ids
+        if not hasattr(model, "shortlist"):
+            raise ValueError(f"shortlist=True needs one of this package's models, not a {type(model).__name__}")
+        model.shortlist().check_tokenizer(tokenizer_identity(tokenizer), "the model's tokenizer")
     config, generation_config = model.config, model.generation_config
     num_beams = num_beams or generation_config.num_beams or DEFAULT_NUM_BEAMS
     max_new_tokens = max_new_tokens or generation_config.max_new_tokens
@@ -145,6 +155,7 @@ def _translate(
                     num_beams=num_beams,
                     num_return_sequences=1,
                     **({"max_new_tokens": limit} if limit is not None else {}),
+                    **({"use_shortlist": True} if shortlist else {}),
                 )
             decoded = tokenizer.batch_decode(generated, skip_special_tokens=True)
             for index, text in zip(batch, decoded, strict=True):
@@ -260,6 +271,12 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
         help="pytorch: the model folder with generate(); ctranslate2: a folder from `export ctranslate2`",
     )
     parser.add_argument(
+        "--shortlist",
+        action="store_true",
+        help="decode with the model's lexical shortlist (`vanilla-transformer shortlist` builds one; with "
+        "--engine ctranslate2, the export's vocabulary map)",
+    )
+    parser.add_argument(
         "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
     )
     parser.set_defaults(func=run_translate)
@@ -283,9 +300,13 @@ def run_translate(args: argparse.Namespace) -> int:
         compute_type = args.quantize or args.dtype or "default"
         model, tokenizer = load_ctranslate2(args.model, args.device, compute_type)
     else:
+        # the shortlist before the weights: a folder without one is told at once
+        shortlist = LexicalShortlist.from_pretrained(args.model) if args.shortlist else None
         model, tokenizer = load_for_translation(
             args.model, args.device, args.dtype, args.trust_remote_code, args.quantize
         )
+        if shortlist is not None:
+            model.lexical_shortlist = shortlist
     translations = _translate(
         model,
         tokenizer,
@@ -297,6 +318,7 @@ def run_translate(args: argparse.Namespace) -> int:
         device=None,
         progress=bool(args.input),
         line_names=names,
+        shortlist=args.shortlist,
     )
     # one translation per line, whatever bytes the model produced
     lines = "".join(" ".join(text.splitlines()) + "\n" for text in translations)

@@ -368,6 +368,12 @@ class TrainArguments:
         metadata={"help": "also score tokenized BLEU with compounds split, as the paper's WMT14 table (.[wmt])"},
     )
     eval_batch_size: int = 64
+    shortlist: bool = field(
+        default=False,
+        metadata={"help": "write a lexical shortlist of the training corpus into the output folder at the end"},
+    )
+    shortlist_candidates: int = field(default=50, metadata={"help": "the shortlist's candidates a source token"})
+    shortlist_frequent: int = field(default=100, metadata={"help": "the shortlist's most frequent target tokens"})
     push_to_hub: bool = field(default=False, metadata={"help": "publish the output folder at the end"})
     hub_repo_id: str | None = None
     hub_private: bool = False
@@ -416,7 +422,9 @@ class TrainArguments:
             "num_beams",
             "max_new_tokens",
             "eval_batch_size",
+            "shortlist_candidates",
         )
+        check_at_least(self, 0, "shortlist_frequent")
         check_at_least(
             self,
             0,

@@ -33,7 +33,7 @@ from transformers import PreTrainedTokenizerBase
 from ..hub.connection import HubUnreachableError, load_dataset_or_cache
 from ..hub.push import HUB_ID
 from ..inference.loading import load_tokenizer
-from ..tokenization import MIN_FREQUENCY, iter_lines, train_tokenizer
+from ..tokenization import MIN_FREQUENCY, iter_lines, tokenizer_identity, train_tokenizer
 from .arguments import DataArguments
 from .prepared_folder import (
     DamagedCorpusError,
@@ -504,20 +504,6 @@ def fingerprint(
         **({"source_tag": source_tag} if source_tag else {}),
     }
     return hashlib.blake2b(json.dumps(settings, sort_keys=True).encode(), digest_size=10).hexdigest()
-
-
-def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> str:
-    """What a given tokenizer encodes by: its whole tokenizer.json, or the vocabulary of a slow tokenizer."""
-    if tokenizer.is_fast:
-        described = tokenizer.backend_tokenizer.to_str().encode()
-    else:
-        described = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer.special_tokens_map], sort_keys=True)
-        described = described.encode()
-        # Marian's splits source and target text with SentencePiece models of their own
-        for name in ("spm_source", "spm_target"):
-            if hasattr(tokenizer, name):
-                described += getattr(tokenizer, name).serialized_model_proto()
-    return f"{type(tokenizer).__name__}:{hashlib.blake2b(described, digest_size=16).hexdigest()}"
 
 
 def is_prepared(path: str | os.PathLike) -> bool:

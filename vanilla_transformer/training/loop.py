@@ -606,6 +606,22 @@ class TrainingRun:
             plain = plain_model(model)  # a LoRA run's adapters merged: a folder that loads like any other
             save_model_folder(plain, self.tokenizer, self.output_dir)
             save_adapter(model, self.output_dir)
+            if self.args.shortlist:
+                from ..shortlist import write_shortlist  # the shortlist room builds on this one's corpus
+
+                try:
+                    written = write_shortlist(
+                        self.output_dir,
+                        self.data_args,
+                        self.args.shortlist_candidates,
+                        self.args.shortlist_frequent,
+                        force=True,
+                        corpus=self.corpus,
+                    )
+                    results["shortlist"] = {"seconds": written["seconds"], "bytes": written["bytes"]}
+                except Exception as error:
+                    retry = f"`vanilla-transformer shortlist --model {self.output_dir} --dataset ...` retries"
+                    failures.append((f"building the lexical shortlist ({retry})", error))
             try:
                 for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):
                     if dataset is not None:

@@ -26,8 +26,8 @@ from ..inference.loading import (
     load_tokenizer,
 )
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..tokenization import tokenizer_identity
 from .checkpoints import CHECKPOINT_PATTERN
-from .corpus import tokenizer_identity
 from .output_folder import BEST, CHECKPOINTS
 
 # the switches a fine-tuning run may set anew: they regularise training and change no weight's shape or meaning
