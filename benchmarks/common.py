@@ -93,18 +93,20 @@ class Row:
     def pair_ratios(self, numerator: str = "ours", denominator: str = "marian") -> list[float]:
         return [a / b for a, b in zip(self.samples[numerator], self.samples[denominator], strict=True)]
 
-    def ratio(self, numerator: str = "ours") -> float:
-        """Median of the per-pair ratios `numerator` / Marian: drift that hits both members of a pair cancels."""
-        return statistics.median(self.pair_ratios(numerator))
+    def ratio(self, numerator: str = "ours", denominator: str = "marian") -> float:
+        """Median of the per-pair ratios `numerator` / `denominator` (Marian): drift that hits both members of a pair
+        cancels."""
+        return statistics.median(self.pair_ratios(numerator, denominator))
 
-    def ratio_cell(self, numerator: str = "ours") -> str:
+    def ratio_cell(self, numerator: str = "ours", denominator: str = "marian") -> str:
         """The median ratio, with the range of the per-pair ratios when there are several pairs; empty when
-        `numerator` was not measured in this row."""
-        if numerator not in self.samples:
+        either was not measured in this row."""
+        if numerator not in self.samples or denominator not in self.samples:
             return ""
-        ratios = self.pair_ratios(numerator)
+        ratios = self.pair_ratios(numerator, denominator)
         spread = f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
-        return f"{self.ratio(numerator):.2f}{spread} ({'higher' if self.higher_is_better else 'lower'} is better)"
+        better = "higher" if self.higher_is_better else "lower"
+        return f"{self.ratio(numerator, denominator):.2f}{spread} ({better} is better)"
 
 
 @dataclass
@@ -123,6 +125,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     # candidate -> header of a ratio column, candidate / Marian
     ratio_columns: dict[str, str] = field(default_factory=lambda: {"ours": "ours / Marian"})
+    # header -> (numerator, denominator) of a ratio column between two other candidates
+    other_ratios: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def format_value(value: float, unit: str) -> str:
@@ -139,6 +143,12 @@ def render_markdown(report: Report) -> str:
     ratios = [name for name in report.ratio_columns if any(name in row.samples for row in report.rows)]
     headers = ["Measurement", *(report.columns[name] for name in candidates)]
     headers += [report.ratio_columns[name] for name in ratios]
+    others = {
+        header: pair
+        for header, pair in report.other_ratios.items()
+        if any(set(pair) <= set(row.samples) for row in report.rows)
+    }
+    headers += list(others)
     lines = [
         f"### {report.title}",
         "",
@@ -156,6 +166,7 @@ def render_markdown(report: Report) -> str:
     for row in report.rows:
         cells = [format_value(row.median(name), row.unit) if name in row.samples else "" for name in candidates]
         cells += [row.ratio_cell(name) for name in ratios]
+        cells += [row.ratio_cell(*pair) for pair in others.values()]
         lines.append(f"| {row.label} ({row.unit}) | " + " | ".join(cells) + " |")
     lines += ["", *(f"- {note}" for note in report.notes)]
     return "\n".join(lines)
@@ -177,6 +188,11 @@ def report_json(report: Report) -> dict:
                 "ours_over_marian": row.ratio(),
                 "ours_over_marian_per_pair": row.pair_ratios(),
                 "over_marian": {name: row.ratio(name) for name in report.ratio_columns if name in row.samples},
+                "other_ratios": {
+                    header: row.ratio(*pair)
+                    for header, pair in report.other_ratios.items()
+                    if set(pair) <= set(row.samples)
+                },
             }
             for row in report.rows
         ],

@@ -21,9 +21,18 @@ With --marian, the two models hold the same weights: one random-weight MarianMTM
 and weight copy; generate() greedy and beam 4 on 32 sentences, and CTranslate2 on the export of the converted model
 (training and memory are left out).
 
+With --shortlist, our model also generates with a lexical shortlist (`generate(use_shortlist=True)`), and with --ct2
+our export also runs with its vocabulary map (CTranslate2's `use_vmap`). A shortlist is only as small as real text
+makes it, so the generation inputs become real sentences for every column: Multi30k's test sentences (cut to
+--src-len tokens), tokenized by a BPE vocabulary of at most 8,000 trained on its training split, from which the
+shortlist is built (`vanilla-transformer shortlist`'s builder and defaults). Where --vocab is larger than that
+vocabulary (--marian: 58,101), its ids are spread over the larger one by a fixed random relabelling, so that the
+generator has the model's size while the shortlist keeps what real text gives.
+
     python -m benchmarks.speed                      # defaults: about 3 minutes on 2 idle CPU cores
     python -m benchmarks.speed --ct2 --json speed.json
     python -m benchmarks.speed --marian --pairs 3 --warmup 1 --gen-calls 1
+    python -m benchmarks.speed --shortlist --ct2 --skip-memory
 """
 
 from __future__ import annotations
@@ -71,8 +80,21 @@ COLUMNS = {
     "ours int8": "vanilla_transformer int8",
     **{f"ct2 {kind}": f"CTranslate2 {kind} (Marian)" for kind in CT2_COMPUTE_TYPES},
     **{f"ours ct2 {kind}": f"CTranslate2 {kind} (our export)" for kind in CT2_COMPUTE_TYPES},
+    "ours shortlist": "vanilla_transformer + shortlist",
+    **{f"ours ct2 {kind} vmap": f"CTranslate2 {kind} (our export + vocabulary map)" for kind in CT2_COMPUTE_TYPES},
 }
-RATIO_COLUMNS = {"ours": "ours / Marian", "ours int8": "ours int8 / Marian"}
+RATIO_COLUMNS = {
+    "ours": "ours / Marian",
+    "ours int8": "ours int8 / Marian",
+    "ours shortlist": "ours + shortlist / Marian",
+}
+# the export with its vocabulary map against the same export without it
+OTHER_RATIOS = {
+    f"our export {kind}: with map / without": (f"ours ct2 {kind} vmap", f"ours ct2 {kind}")
+    for kind in CT2_COMPUTE_TYPES
+}
+SHORTLIST_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+SHORTLIST_TOKENIZER_SIZE = 8000
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -117,6 +139,18 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="the same weights: ours converted from a MarianMTModel; opus-mt-en-de's size and --beams 4 unless given, "
         "--ct2, generation only",
+    )
+    method.add_argument(
+        "--shortlist",
+        action="store_true",
+        help="add our model with a lexical shortlist (and with --ct2 our export with its vocabulary map); the "
+        "generation inputs become real sentences (--shortlist-data)",
+    )
+    method.add_argument(
+        "--shortlist-data",
+        type=Path,
+        default=SHORTLIST_DATA,
+        help="a folder of {train,test_2016_flickr}.{en,de}[.gz]: the shortlist's corpus and the sentences",
     )
     method.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     return parser
@@ -223,6 +257,7 @@ def count_parameters(model: torch.nn.Module) -> int:
 class Workload:
     train_batch: dict[str, torch.Tensor]
     gen_inputs: dict[str, torch.Tensor]
+    shortlist: object = None  # a LexicalShortlist of the generation inputs' vocabulary (--shortlist)
 
     def train_tokens(self) -> int:
         return self.train_batch["input_ids"].numel() + self.train_batch["labels"].numel()
@@ -236,17 +271,78 @@ def make_workload(args: argparse.Namespace) -> Workload:
 
     source = sentences(args.batch, args.src_len)
     gen_source = sentences(args.gen_batch, args.src_len)
+    gen_inputs = {"input_ids": gen_source, "attention_mask": torch.ones_like(gen_source)}
+    shortlist = None
+    if args.shortlist:
+        gen_inputs, shortlist = real_sentences_and_shortlist(args)
     return Workload(
         train_batch={
             "input_ids": source,
             "attention_mask": torch.ones_like(source),
             "labels": sentences(args.batch, args.tgt_len),
         },
-        gen_inputs={"input_ids": gen_source, "attention_mask": torch.ones_like(gen_source)},
+        gen_inputs=gen_inputs,
+        shortlist=shortlist,
     )
 
 
-def generation_config(args: argparse.Namespace, num_beams: int) -> GenerationConfig:
+def real_sentences_and_shortlist(args: argparse.Namespace):
+    """--gen-batch test sentences of --shortlist-data (ids, cut to --src-len) and the shortlist of its training
+    split, in a vocabulary of --vocab ids (see the module's docstring)."""
+    import datasets
+
+    from vanilla_transformer.shortlist.build import build_shortlist
+    from vanilla_transformer.shortlist.write import CANDIDATES, FREQUENT, MIN_COUNT
+    from vanilla_transformer.tokenization import iter_lines, train_tokenizer
+
+    def lines(split: str, lang: str) -> list[str]:
+        found = [args.shortlist_data / f"{split}.{lang}{suffix}" for suffix in ("", ".gz")]
+        path = next((path for path in found if path.is_file()), None)
+        if path is None:
+            sys.exit(f"--shortlist needs {found[0]} (or .gz): pass --shortlist-data FOLDER")
+        return list(iter_lines(path))
+
+    log("shortlist: a tokenizer and a shortlist from the training split ...")
+    english, german = lines("train", "en"), lines("train", "de")
+    size = min(args.vocab, SHORTLIST_TOKENIZER_SIZE)
+    tokenizer = train_tokenizer(iter([*english, *german]), vocab_size=size)
+    pairs = datasets.Dataset.from_dict(
+        {"input_ids": tokenizer(english)["input_ids"], "labels": tokenizer(text_target=german)["input_ids"]}
+    )
+    special = [*tokenizer.all_special_ids, PAD_ID, BOS_ID, EOS_ID]
+    built = build_shortlist(pairs, len(tokenizer), len(tokenizer), special, CANDIDATES, FREQUENT, MIN_COUNT)
+    ids = [row[: args.src_len - 1] + [EOS_ID] for row in tokenizer(lines("test_2016_flickr", "en"))["input_ids"]]
+    ids = ids[: args.gen_batch]
+    relabel = id_relabelling(len(tokenizer), args.vocab, args.seed)
+    width = max(len(row) for row in ids)
+    source = torch.tensor([[int(relabel[i]) for i in row] + [PAD_ID] * (width - len(row)) for row in ids])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])
+    return {"input_ids": source.to(args.device), "attention_mask": mask.to(args.device)}, relabelled(
+        built, relabel, args.vocab
+    )
+
+
+def id_relabelling(size: int, vocab: int, seed: int) -> torch.Tensor:
+    """Ids of a `size`-token vocabulary as distinct ids of a `vocab`-token one: the special tokens keep theirs, the
+    others are spread at random (the identity when the sizes agree)."""
+    if size == vocab:
+        return torch.arange(size)
+    spread = torch.randperm(vocab - FIRST_WORD_ID, generator=torch.Generator().manual_seed(seed)) + FIRST_WORD_ID
+    return torch.cat((torch.arange(FIRST_WORD_ID), spread[: size - FIRST_WORD_ID]))
+
+
+def relabelled(shortlist, relabel: torch.Tensor, vocab: int):
+    from vanilla_transformer.lexical_shortlist import LexicalShortlist
+
+    table = torch.full((vocab, shortlist.candidates.shape[1]), -1, dtype=torch.int32)
+    kept = shortlist.candidates >= 0
+    mapped = torch.where(kept, relabel[shortlist.candidates.long().clamp(min=0)], -1).to(torch.int32)
+    table[relabel] = mapped
+    always = relabel[shortlist.always.long()].sort().values.to(torch.int32)
+    return LexicalShortlist(table, always, {**shortlist.metadata, "target_vocab_size": vocab})
+
+
+def generation_config(args: argparse.Namespace, num_beams: int, use_shortlist: bool = False) -> GenerationConfig:
     """Exactly `new_tokens` per sentence: EOS is masked until then and the length limit stops it there."""
     return GenerationConfig(
         max_new_tokens=args.new_tokens,
@@ -256,6 +352,7 @@ def generation_config(args: argparse.Namespace, num_beams: int) -> GenerationCon
         use_cache=True,
         **SPECIAL_TOKEN_IDS,
         forced_eos_token_id=None,
+        **({"use_shortlist": True} if use_shortlist else {}),
     )
 
 
@@ -307,9 +404,11 @@ def training_measurement(model, workload: Workload, args) -> Callable[[], float]
     return lambda: throughput(work, args.train_steps * workload.train_tokens(), args.device)
 
 
-def generation_measurement(model, workload: Workload, args, num_beams: int) -> Callable[[], float]:
+def generation_measurement(
+    model, workload: Workload, args, num_beams: int, use_shortlist: bool = False
+) -> Callable[[], float]:
     """A callable that times `gen_calls` generate() calls of `model` and returns new tokens/s."""
-    config = generation_config(args, num_beams)
+    config = generation_config(args, num_beams, use_shortlist)
     work = repeated(lambda: generate(model, workload.gen_inputs, config), args.gen_calls)
     return lambda: throughput(work, generated_tokens(args), args.device)
 
@@ -455,7 +554,7 @@ def ct2_vocabulary(vocab_size: int) -> list[str]:
     return ["<blank>", "<s>", "</s>", "<unk>", *words, "<pad>"]
 
 
-def save_with_tokenizer(model: torch.nn.Module, vocabulary: list[str], directory: str) -> None:
+def save_with_tokenizer(model: torch.nn.Module, vocabulary: list[str], directory: str):
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
@@ -468,22 +567,31 @@ def save_with_tokenizer(model: torch.nn.Module, vocabulary: list[str], directory
     )
     model.to("cpu", torch.float32).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
+    return tokenizer
 
 
-def build_ct2_translators(args: argparse.Namespace) -> dict[str, object]:
+def build_ct2_translators(args: argparse.Namespace, shortlist=None) -> dict[str, object]:
     """{"ct2 float32": Translator, "ct2 int8": Translator} of the same random-weight Marian as `build_marian`, and
-    {"ours ct2 float32", "ours ct2 int8"} of our random-weight model exported by `export ctranslate2`."""
+    {"ours ct2 float32", "ours ct2 int8"} of our random-weight model exported by `export ctranslate2` (with
+    `shortlist`, the export holds it as its vocabulary map)."""
     import ctranslate2
 
     from vanilla_transformer.export import export_ctranslate2
+    from vanilla_transformer.lexical_shortlist import SHORTLIST_FILE, LexicalShortlist
+    from vanilla_transformer.tokenization import tokenizer_identity
 
     transformers.utils.logging.disable_progress_bar()
     translators = {}
     for name in MODEL_NAMES:
         prefix = "ours ct2" if name == "ours" else "ct2"
         with tempfile.TemporaryDirectory() as hf_dir, tempfile.TemporaryDirectory() as ct2_dir:
-            save_with_tokenizer(build_model(name, args).eval(), ct2_vocabulary(args.vocab), hf_dir)
+            tokenizer = save_with_tokenizer(build_model(name, args).eval(), ct2_vocabulary(args.vocab), hf_dir)
             if name == "ours":
+                if shortlist is not None:  # the shortlist's ids are the word-level vocabulary's
+                    metadata = {**shortlist.metadata, "tokenizer": tokenizer_identity(tokenizer)}
+                    LexicalShortlist(shortlist.candidates, shortlist.always, metadata).save(
+                        Path(hf_dir) / SHORTLIST_FILE
+                    )
                 export_ctranslate2(hf_dir, ct2_dir, force=True)
             else:
                 ctranslate2.converters.TransformersConverter(hf_dir).convert(ct2_dir, force=True)
@@ -498,22 +606,27 @@ def build_ct2_translators(args: argparse.Namespace) -> dict[str, object]:
     return translators
 
 
-def ct2_translate(translator, source: list[list[str]], args: argparse.Namespace, beam_size: int) -> None:
+def ct2_translate(
+    translator, source: list[list[str]], args: argparse.Namespace, beam_size: int, use_vmap: bool = False
+) -> None:
     results = translator.translate_batch(
         source,
         beam_size=beam_size,
         max_batch_size=len(source),
         min_decoding_length=args.new_tokens,
         max_decoding_length=args.new_tokens,
+        use_vmap=use_vmap,
     )
     lengths = {len(result.hypotheses[0]) for result in results}
     if lengths != {args.new_tokens}:
         raise RuntimeError(f"CTranslate2 made {sorted(lengths)} tokens, not {args.new_tokens}")
 
 
-def ct2_measurement(translator, source: list[list[str]], args: argparse.Namespace, beams: int) -> Callable[[], float]:
+def ct2_measurement(
+    translator, source: list[list[str]], args: argparse.Namespace, beams: int, use_vmap: bool = False
+) -> Callable[[], float]:
     """A callable that times `gen_calls` translate_batch() calls and returns new tokens/s."""
-    work = repeated(lambda: ct2_translate(translator, source, args, beams), args.gen_calls)
+    work = repeated(lambda: ct2_translate(translator, source, args, beams, use_vmap), args.gen_calls)
     return lambda: throughput(work, generated_tokens(args), "cpu")
 
 
@@ -522,15 +635,24 @@ def ct2_measurements(args, workload: Workload) -> tuple[dict[str, dict[str, Call
     if importlib.util.find_spec("ctranslate2") is None:
         return {}, "CTranslate2 is not installed (`pip install ctranslate2`): no CTranslate2 rows."
     try:
-        translators = build_ct2_translators(args)
+        translators = build_ct2_translators(args, workload.shortlist)
     except Exception as error:  # noqa: BLE001 - the reference rows are optional, the report says why
         return {}, f"CTranslate2 could not convert the random-weight Marian: {type(error).__name__}: {error}"
     vocabulary = ct2_vocabulary(args.vocab)
-    source = [[vocabulary[i] for i in row] for row in workload.gen_inputs["input_ids"].tolist()]
+    inputs = workload.gen_inputs
+    source = [
+        [vocabulary[i] for i, real in zip(row, mask, strict=True) if real]
+        for row, mask in zip(inputs["input_ids"].tolist(), inputs["attention_mask"].tolist(), strict=True)
+    ]
     measurements = {
         phase: {name: ct2_measurement(translator, source, args, beams) for name, translator in translators.items()}
         for phase, beams in (("greedy", 1), ("beam", args.beams))
     }
+    if workload.shortlist is not None:  # the same export, translating with its vocabulary map
+        for phase, beams in (("greedy", 1), ("beam", args.beams)):
+            for kind in CT2_COMPUTE_TYPES:
+                translator = translators[f"ours ct2 {kind}"]
+                measurements[phase][f"ours ct2 {kind} vmap"] = ct2_measurement(translator, source, args, beams, True)
     note = (
         "CTranslate2 runs the same random-weight Marian, converted with TransformersConverter (its Marian loader "
         f"drops the last vocabulary row, so it has {args.vocab - 1} tokens, and starts the decoder from a zero "
@@ -578,13 +700,33 @@ def speed_rows(
         rows.append(Row("Training", "tokens/s", True, alternate(training, args.pairs, args.warmup, "training")))
     references, note = ct2_measurements(args, workload) if args.ct2 else ({}, None)
     quantized = int8_model(models["ours"], args)
+    if workload.shortlist is not None:
+        models["ours"].lexical_shortlist = workload.shortlist
+        notes.append(shortlist_note(workload, args))
     for phase, beams, label in (("greedy", 1, "Greedy generate"), ("beam", args.beams, f"Beam {args.beams} generate")):
         measurements = {name: generation_measurement(model, workload, args, beams) for name, model in models.items()}
         if quantized is not None:
             measurements["ours int8"] = generation_measurement(quantized, workload, args, beams)
+        if workload.shortlist is not None:
+            measurements["ours shortlist"] = generation_measurement(models["ours"], workload, args, beams, True)
         measurements.update(references.get(phase, {}))
         rows.append(Row(label, "new tokens/s", True, alternate(measurements, args.pairs, args.warmup, phase)))
     return rows, notes + ([note] if note else [])
+
+
+def shortlist_note(workload: Workload, args: argparse.Namespace) -> str:
+    """What the shortlist holds, and how many of the generator's rows the generation batch keeps."""
+    inputs, shortlist = workload.gen_inputs, workload.shortlist
+    rows = shortlist.rows(inputs["input_ids"], inputs["attention_mask"], [PAD_ID, BOS_ID, EOS_ID])
+    lengths = inputs["attention_mask"].sum(dim=1).tolist()
+    meta = shortlist.metadata
+    return (
+        f"Shortlist: built from the {meta['pairs']:,} pairs of {args.shortlist_data}/train ({meta['candidates']} "
+        f"candidates a source token, the {meta['frequent']} most frequent target tokens); the generation batch is "
+        f"its first {len(lengths)} test_2016_flickr sentences, {min(lengths)}-{max(lengths)} tokens "
+        f"(cut at {args.src_len}), for every column; its shortlist keeps {len(rows):,} of the generator's "
+        f"{args.vocab:,} rows ({len(rows) / args.vocab:.1%})."
+    )
 
 
 def same_weights_note(models: dict[str, torch.nn.Module], workload: Workload) -> str:
@@ -650,6 +792,7 @@ def run_benchmark(args: argparse.Namespace) -> Report:
         setup=setup_lines(args, parameters),
         columns=COLUMNS,
         ratio_columns=RATIO_COLUMNS,
+        other_ratios=OTHER_RATIOS,
     )
     log(f"parameters: {report.parameters}; threads {torch.get_num_threads()}")
     rows, notes = speed_rows(args, models, make_workload(args))

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import multi30k, speed
 from vanilla_transformer.training import DataArguments
@@ -21,11 +22,12 @@ TOY_SIZE = [
 ]  # fmt: skip
 
 
-def run_speed_benchmark(tmp_path, *flags: str) -> tuple[list[str], dict]:
-    """`benchmarks.speed` at the toy size with `flags`: the printed table's lines and the JSON it wrote."""
+def run_speed_benchmark(tmp_path, *flags: str, after: tuple[str, ...] = ()) -> tuple[list[str], dict]:
+    """`benchmarks.speed` at the toy size with `flags` (and `after` it, to override it): the printed table's lines and
+    the JSON it wrote."""
     report = tmp_path / "speed.json"
     completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.speed", *flags, *TOY_SIZE, "--json", str(report)],
+        [sys.executable, "-m", "benchmarks.speed", *flags, *TOY_SIZE, *after, "--json", str(report)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -75,6 +77,62 @@ def test_the_marian_mode_times_the_same_weights_greedy_and_beam_4(tmp_path):
     assert difference < 1e-5
     args = speed.parse_arguments(["--marian"])
     assert (args.vocab, args.d_model, args.layers, args.heads, args.ffn, args.beams) == (58101, 512, 6, 8, 2048, 4)
+
+
+def test_the_shortlist_columns_time_our_model_and_export_with_and_without_it(tmp_path):
+    """--shortlist: real sentences for every column, a shortlist of the training split, our model with it beside
+    Marian, and with --ct2 the same export with and without its vocabulary map."""
+    ct2 = importlib.util.find_spec("ctranslate2") is not None
+    flags = ["--skip-memory", "--shortlist", *(["--ct2"] if ct2 else [])]
+    table, results = run_speed_benchmark(tmp_path, *flags, after=("--vocab", "400", "--src-len", "12"))
+    headers = table[0].split(" | ")
+    assert {"vanilla_transformer + shortlist", "ours + shortlist / Marian"} <= set(headers)
+    for row in results["rows"][1:]:
+        shortlisted = [a / b for a, b in zip(row["samples"]["ours shortlist"], row["samples"]["marian"], strict=True)]
+        assert row["over_marian"]["ours shortlist"] == pytest.approx(statistics.median(shortlisted))
+        if ct2:
+            with_map, without = row["samples"]["ours ct2 int8 vmap"], row["samples"]["ours ct2 int8"]
+            ratio = statistics.median([a / b for a, b in zip(with_map, without, strict=True)])
+            assert row["other_ratios"]["our export int8: with map / without"] == pytest.approx(ratio)
+    note = next(note for note in results["notes"] if note.startswith("Shortlist:"))
+    kept = int(note.split("its shortlist keeps ")[1].split(" of")[0].replace(",", ""))
+    assert 0 < kept < 400 and "of the generator's 400 rows" in note
+
+
+def test_ids_of_a_small_vocabulary_spread_over_a_large_one_stay_distinct_and_keep_the_special_tokens():
+    relabel = speed.id_relabelling(300, 58101, seed=0)
+    assert relabel[:4].tolist() == [0, 1, 2, 3] and len(set(relabel.tolist())) == 300 and int(relabel.max()) < 58101
+    assert torch.equal(speed.id_relabelling(300, 300, seed=0), torch.arange(300))
+
+
+def test_the_shortlist_benchmark_prints_quality_and_build_rows(tmp_path):
+    """benchmarks.shortlist at a smoke size: a random model with a small tokenizer of Multi30k, 12 test sentences, one
+    K, greedy, and a build at 3,000 synthetic pairs."""
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.tokenization import iter_lines, train_tokenizer
+
+    data = REPO.parent / "shared" / "data" / "multi30k"
+    tokenizer = train_tokenizer(
+        (line for lang in ("en", "de") for line in iter_lines(data / f"train.{lang}.gz")), vocab_size=400
+    )
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                      decoder_ffn_dim=32)  # fmt: skip
+    model_folder = tmp_path / "model"
+    torch.manual_seed(0)
+    VanillaTransformerForConditionalGeneration(config).save_pretrained(model_folder)
+    tokenizer.save_pretrained(model_folder)
+    command = [sys.executable, "-m", "benchmarks.shortlist", "--model", str(model_folder), "--work", str(tmp_path),
+               "--test-sentences", "12", "--candidates", "5", "--beams", "1", "--pairs", "3000"]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ")]
+    assert [row[:2] for row in rows if row[1] == "greedy"] == [["| none", "greedy"], ["| K=5, N=100", "greedy"]]
+    shortlisted = next(row for row in rows if row[0] == "| K=5, N=100")
+    assert 0 < int(shortlisted[6].split(" ")[0].replace(",", "")) < len(tokenizer)
+    builds = [row for row in rows if row[0] in ("| the model's corpus", "| 3,000 synthetic pairs")]
+    # (pairs longer than the corpus's length limit are left out: no more than written)
+    assert len(builds) == 2 and all(0 < int(row[1].replace(",", "")) <= 29000 and float(row[2]) > 0 for row in builds)
 
 
 def test_peak_memory_of_a_phase_counts_what_the_phase_allocates():
