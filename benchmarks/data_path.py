@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--base-steps", type=int, default=3, help="steps of the base model (0: skip)")
     parser.add_argument("--two-processes", action="store_true", help="also run two processes of one run")
     parser.add_argument("--code", type=Path, help="a checkout whose package to measure instead of this one")
+    parser.add_argument(
+        "--write-only", action="store_true", help="write the corpus to WORK/corpus-PAIRS and stop (for other runs)"
+    )
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
@@ -183,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     corpus = args.work / f"corpus-{args.pairs}"
     log(f"writing {args.pairs:,} pairs to {corpus}")
     write_corpus(corpus, args.pairs, args.multi30k)
+    if args.write_only:
+        return
     caches = args.work / "caches"
     shutil.rmtree(caches, ignore_errors=True)
     rows = [
