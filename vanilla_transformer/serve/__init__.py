@@ -1,0 +1,73 @@
+"""A page to translate and look inside a model, and its HTTP API (`vanilla-transformer serve`, a Hub Space)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .service import Limits
+
+
+def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "serve",
+        help="a page (and its HTTP API) to translate with a model and see its attention, positions and masks",
+        description="Serve a model folder, Hub id or CTranslate2 export on a Gradio page, with Gradio's HTTP API. "
+        "Listens on 127.0.0.1 unless --host says otherwise; no public link unless --share.",
+    )
+    parser.add_argument("--model", required=True, help="a model folder, a Hub repo id, or a CTranslate2 export")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    parser.add_argument("--int8", action="store_true", help="also offer the model with int8 linear layers")
+    parser.add_argument("--max-words", type=int, default=Limits.max_words, help="longest text a request may send")
+    parser.add_argument("--max-beams", type=int, default=Limits.max_beams)
+    parser.add_argument(
+        "--max-batch-size", type=int, default=Limits.max_batch_size, help="requests translated in one generate() call"
+    )
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
+    )
+    parser.set_defaults(func=run_serve)
+    return parser
+
+
+def import_gradio():
+    from ..export.ctranslate2_spec import MissingExtraError
+
+    try:
+        import gradio
+    except ImportError as error:
+        raise MissingExtraError(
+            'the page needs gradio, which is not installed: pip install "vanilla-transformer[serve]"'
+        ) from error
+    return gradio
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import_gradio()
+    for name in ("max_words", "max_beams", "max_batch_size", "port"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
+    from .page import build_page
+    from .service import TranslationService
+
+    limits = Limits(max_words=args.max_words, max_beams=args.max_beams, max_batch_size=args.max_batch_size)
+    # the model first: a folder that does not load stops here, in one line, before any page is started
+    service = TranslationService(args.model, limits, trust_remote_code=args.trust_remote_code)
+    if args.int8:
+        service.add_int8()
+    page = build_page(service, model_examples(args.model), title=f"vanilla-transformer: {args.model}")
+    page.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True)
+    return 0
+
+
+def model_examples(model: str, count: int = 3) -> list[str]:
+    """The example sentences the model's card lists (its `widget` entries), if any."""
+    from huggingface_hub import ModelCard
+
+    try:
+        card = ModelCard.load(model) if not str(model).endswith("/") else None
+    except Exception:  # noqa: BLE001 - a folder without a card, or an unreachable Hub: no examples
+        return []
+    widget = (card.data.to_dict() if card is not None else {}).get("widget") or []
+    return [entry["text"] for entry in widget if isinstance(entry, dict) and entry.get("text")][:count]

@@ -1,0 +1,119 @@
+"""The page: a Gradio Blocks app over a `TranslationService`.
+
+Tab "Translate": a text box and a Translate button; greedy, beam or sampling with their settings; the engine; the
+translation with each new token's probability; and, for the translation shown, the cross-attention alignment and the
+encoder and decoder self-attention with a layer and head picker (all heads as small multiples, one head large).
+Tab "Positions and masks": the model's positions and the masks of the sentence. The examples under the box come from
+the model card or the model's validation set.
+
+Two API endpoints, Gradio's own (usable with `gradio_client`): `/translate` (text and settings in, the translation
+and its tokens' probabilities out), batched: the requests waiting when the model is free are translated together,
+up to the service's batch size; and `/inspect` (the pictures). The queue is bounded: a request that finds it full is
+answered "busy, try again" at once.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from .inspection import STACK_NAMES, alignment_figure, attentions, heads_figure, masks_figure, positions_figure
+from .service import DECODINGS, ENGINES, RequestError, Settings, TranslationService
+
+QUEUE_SIZE = 64  # requests waiting at most; one more is answered "busy"
+
+
+def build_page(service: TranslationService, examples: list[str], title: str):
+    limits = service.limits
+    model = service.model
+    engines = [(ENGINES[name], name) for name in service.engines]
+    layers = model.config.decoder_layers if model is not None else 0
+
+    def translate(texts, decodings, beams, temperatures, top_ks, top_ps, chosen_engines):
+        """Batched: each argument is a list, one value per request."""
+        settings = [
+            Settings(decoding, int(num_beams), float(temperature), int(top_k), float(top_p), engine)
+            for decoding, num_beams, temperature, top_k, top_p, engine in zip(
+                decodings, beams, temperatures, top_ks, top_ps, chosen_engines, strict=True
+            )
+        ]
+        answers = [None] * len(texts)
+        good = []
+        for index, (text, setting) in enumerate(zip(texts, settings, strict=True)):
+            try:
+                service.check(text, setting)
+                good.append(index)
+            except RequestError as error:  # one bad request must not fail the others of its batch
+                answers[index] = (f"⚠ {error}", [])
+        done = service.translate_batch([texts[i] for i in good], [settings[i] for i in good])
+        for index, translation in zip(good, done, strict=True):
+            highlighted = [(token, f"{p:.0%}") for token, p in zip(translation.tokens, translation.probabilities)]
+            answers[index] = (translation.text, highlighted)
+        return [[answer[0] for answer in answers], [answer[1] for answer in answers]]
+
+    def inspect(text, translation, stack, layer, head):
+        if model is None or not text.strip() or not translation or translation.startswith("⚠"):
+            return None, None, None, None, None
+        tokenizer = service.tokenizer
+        source = tokenizer(text, truncation=True, max_length=limits.max_input_tokens)["input_ids"]
+        generated = tokenizer(text_target=translation)["input_ids"]
+        weights = attentions(model, tokenizer, source, generated)
+        layer = int(layer)
+        head = None if head == "all" else int(head)
+        return (
+            alignment_figure(weights),
+            heads_figure(weights, stack, layer),
+            heads_figure(weights, stack, layer, head if head is not None else 0),
+            positions_figure(model),
+            masks_figure(weights, model.config.sliding_window),
+        )
+
+    with gr.Blocks(title=title) as page:
+        gr.Markdown(f"# {title}")
+        with gr.Tab("Translate"):
+            text = gr.Textbox(label="Text", lines=3, max_length=limits.max_words * 30)
+            if examples:
+                gr.Examples(examples=[[example] for example in examples], inputs=[text])
+            with gr.Row():
+                decoding = gr.Radio(list(DECODINGS), value="beam", label="Decoding")
+                num_beams = gr.Slider(1, limits.max_beams, value=min(4, limits.max_beams), step=1, label="Beams")
+                engine = gr.Radio(engines, value=engines[0][1], label="Engine")
+            with gr.Accordion("Sampling", open=False):
+                temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature")
+                top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k (0: all)")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+            button = gr.Button("Translate", variant="primary", elem_id="translate-button")
+            translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
+            probabilities = gr.HighlightedText(label="Each new token and its probability", elem_id="tokens")
+            alignment = gr.Plot(label="Cross-attention alignment", elem_id="alignment")
+            with gr.Row():
+                stack = gr.Dropdown(
+                    [(name, key) for key, name in STACK_NAMES.items()], value="cross", label="Attention"
+                )
+                layer = gr.Dropdown([str(i) for i in range(layers)], value="0", label="Layer", elem_id="layer")
+                head = gr.Dropdown(
+                    [str(i) for i in range(model.config.decoder_attention_heads if model else 0)],
+                    value="0",
+                    label="Head (large)",
+                    elem_id="head",
+                )
+            all_heads = gr.Plot(label="All heads of the layer", elem_id="all-heads")
+            one_head = gr.Plot(label="One head", elem_id="one-head")
+        with gr.Tab("Positions and masks"):
+            positions = gr.Plot(label="The model's positions")
+            masks = gr.Plot(label="Masks of the sentence")
+
+        inputs = [text, decoding, num_beams, temperature, top_k, top_p, engine]
+        pictures = [alignment, all_heads, one_head, positions, masks]
+        picked = [text, translation, stack, layer, head]
+        button.click(
+            translate,
+            inputs,
+            [translation, probabilities],
+            batch=True,
+            max_batch_size=limits.max_batch_size,
+            api_name="translate",
+        ).then(inspect, picked, pictures, api_name="inspect")
+        for control in (stack, layer, head):
+            control.change(inspect, picked, pictures, api_visibility="private")
+    page.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
+    return page
