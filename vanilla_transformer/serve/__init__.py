@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .service import Limits
 
@@ -44,20 +45,58 @@ def import_gradio():
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import_gradio()
     for name in ("max_words", "max_beams", "max_batch_size", "port"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
+    limits = Limits(max_words=args.max_words, max_beams=args.max_beams, max_batch_size=args.max_batch_size)
+    serve_model(args.model, args.host, args.port, args.share, limits, args.int8, args.trust_remote_code)
+    return 0
+
+
+def serve_model(
+    model: str,
+    host: str | None = None,
+    port: int | None = None,
+    share: bool = False,
+    limits: Limits | None = None,
+    int8: bool = False,
+    trust_remote_code: bool = False,
+) -> None:
+    """Load `model` and serve its page until interrupted. `host`/`port` None: Gradio's GRADIO_SERVER_NAME and
+    GRADIO_SERVER_PORT (a Space sets them), else 127.0.0.1:7860."""
+    import_gradio()
     from .page import build_page
     from .service import TranslationService
 
-    limits = Limits(max_words=args.max_words, max_beams=args.max_beams, max_batch_size=args.max_batch_size)
     # the model first: a folder that does not load stops here, in one line, before any page is started
-    service = TranslationService(args.model, limits, trust_remote_code=args.trust_remote_code)
-    if args.int8:
+    service = TranslationService(model, limits, trust_remote_code=trust_remote_code)
+    if int8 and service.model is not None:
         service.add_int8()
-    page = build_page(service, model_examples(args.model), title=f"vanilla-transformer: {args.model}")
-    page.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True)
+    page = build_page(service, model_examples(model), title=f"vanilla-transformer: {model}")
+    page.launch(server_name=host, server_port=port, share=share, show_error=True)
+
+
+def add_space_subcommand(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "space",
+        help="write a Hugging Face Space (Gradio) that serves the page for a model from the Hub",
+        description="Write app.py, requirements.txt, the Space card and a copy of this package into OUTPUT; "
+        "`python OUTPUT/app.py` runs it here (MODEL=FOLDER runs it on a local folder). "
+        "`vanilla-transformer push FOLDER --repo-id ID --space SPACE_ID` writes and pushes one.",
+    )
+    parser.add_argument("--model", required=True, help="the model's Hub repo id (or a local folder, to try it)")
+    parser.add_argument("--output", required=True, type=Path, help="a new or empty folder for the Space")
+    parser.add_argument("--title", help="the Space's title (default: from the model's name)")
+    parser.set_defaults(func=run_space)
+    return parser
+
+
+def run_space(args: argparse.Namespace) -> int:
+    import_gradio()
+    from .space import write_space
+
+    output = write_space(args.model, args.output, args.title)
+    print(f"wrote the Space for {args.model} into {output} (python {output / 'app.py'} runs it here)")
     return 0
 
 

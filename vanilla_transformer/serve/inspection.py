@@ -81,8 +81,15 @@ def alignment_figure(weights: Attentions, layer: int | None = None, head: int | 
         if layer is None
         else f"layer {layer}" + (", mean of its heads" if head is None else f", head {head}")
     )
-    panel = Heatmap(chosen, x_labels=weights.source_tokens, y_labels=weights.generated_tokens,
-                    x_title="source tokens", y_title="generated tokens", vmin=0.0, colorbar="attention weight")  # fmt: skip
+    panel = Heatmap(
+        chosen,
+        x_labels=weights.source_tokens,
+        y_labels=weights.generated_tokens,
+        x_title="source tokens",
+        y_title="generated tokens",
+        vmin=0.0,
+        colorbar="attention weight",
+    )
     return render([panel], f"Cross-attention alignment ({which})", None, ncols=1)[0]
 
 

@@ -22,7 +22,7 @@ from .service import DECODINGS, ENGINES, RequestError, Settings, TranslationServ
 QUEUE_SIZE = 64  # requests waiting at most; one more is answered "busy"
 
 
-def build_page(service: TranslationService, examples: list[str], title: str):
+def build_page(service: TranslationService, examples: list[str], title: str, queue_size: int = QUEUE_SIZE):
     limits = service.limits
     model = service.model
     engines = [(ENGINES[name], name) for name in service.engines]
@@ -46,12 +46,14 @@ def build_page(service: TranslationService, examples: list[str], title: str):
                 answers[index] = (f"⚠ {error}", [])
         done = service.translate_batch([texts[i] for i in good], [settings[i] for i in good])
         for index, translation in zip(good, done, strict=True):
-            highlighted = [(token, f"{p:.0%}") for token, p in zip(translation.tokens, translation.probabilities)]
+            highlighted = [
+                (token, f"{p:.0%}") for token, p in zip(translation.tokens, translation.probabilities, strict=True)
+            ]
             answers[index] = (translation.text, highlighted)
         return [[answer[0] for answer in answers], [answer[1] for answer in answers]]
 
     def inspect(text, translation, stack, layer, head):
-        if model is None or not text.strip() or not translation or translation.startswith("⚠"):
+        if model is None or not text.strip() or translation.startswith("⚠"):
             return None, None, None, None, None
         tokenizer = service.tokenizer
         source = tokenizer(text, truncation=True, max_length=limits.max_input_tokens)["input_ids"]
@@ -70,7 +72,7 @@ def build_page(service: TranslationService, examples: list[str], title: str):
     with gr.Blocks(title=title) as page:
         gr.Markdown(f"# {title}")
         with gr.Tab("Translate"):
-            text = gr.Textbox(label="Text", lines=3, max_length=limits.max_words * 30)
+            text = gr.Textbox(label="Text", lines=3, max_length=limits.max_words * 30, elem_id="text")
             if examples:
                 gr.Examples(examples=[[example] for example in examples], inputs=[text])
             with gr.Row():
@@ -115,5 +117,6 @@ def build_page(service: TranslationService, examples: list[str], title: str):
         ).then(inspect, picked, pictures, api_name="inspect")
         for control in (stack, layer, head):
             control.change(inspect, picked, pictures, api_visibility="private")
-    page.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
+        gr.api(service.stats, api_name="stats")  # requests served and the mean batch size
+    page.queue(max_size=queue_size, default_concurrency_limit=1)
     return page

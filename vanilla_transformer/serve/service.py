@@ -74,6 +74,7 @@ class TranslationService:
         self.folder, self.limits = str(folder), limits or Limits()
         self.engines: dict[str, object] = {}
         self.lock = threading.Lock()  # one generate() at a time: the model is not re-entrant
+        self.batch_sizes: list[int] = []  # requests translated together, one entry per translate_batch call
         if (Path(self.folder) / "model.bin").is_file():  # an export: CTranslate2 is the only engine
             self.engines["ctranslate2"], self.tokenizer = load_ctranslate2(self.folder, "cpu")
             self.model = None
@@ -91,6 +92,11 @@ class TranslationService:
         from ..inference.quantization import quantize_linear_layers
 
         self.engines["int8"] = quantize_linear_layers(copy.deepcopy(self.model).eval())
+
+    def stats(self) -> dict:
+        """Requests served so far and how many came together on average."""
+        sizes = self.batch_sizes
+        return {"requests": sum(sizes), "batches": len(sizes), "mean_batch_size": sum(sizes) / max(len(sizes), 1)}
 
     def check(self, text: str, settings: Settings) -> None:
         """Refuse what the service does not take, naming the limit; an empty text is no error (its answer is
@@ -118,6 +124,7 @@ class TranslationService:
         length; each request checked first (a refused one raises, naming the limit)."""
         for text, setting in zip(texts, settings, strict=True):
             self.check(text, setting)
+        self.batch_sizes.append(len(texts))
         results: list[Translation | None] = [None] * len(texts)
         groups: dict[Settings, list[int]] = {}
         for index, (text, setting) in enumerate(zip(texts, settings, strict=True)):
@@ -167,7 +174,8 @@ class TranslationService:
             logs = model.compute_transition_scores(
                 output.sequences, output.scores, beams, normalize_logits=beams is None
             )
-        return [self._translation(sequence[1:], log_probs) for sequence, log_probs in zip(output.sequences, logs)]
+        pairs = zip(output.sequences, logs, strict=True)
+        return [self._translation(sequence[1:], log_probs) for sequence, log_probs in pairs]
 
     def _translation(self, generated: torch.Tensor, log_probs: torch.Tensor) -> Translation:
         tokenizer, pad = self.tokenizer, self.tokenizer.pad_token_id

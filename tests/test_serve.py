@@ -1,0 +1,277 @@
+"""`vanilla-transformer serve`: the service (batching, limits, token probabilities), the page's API through
+gradio_client, bad input that never takes the service down, a model that fails to load, the Space folder run as an
+app, and the page in a real browser (headless Chromium driven by Selenium)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
+from vanilla_transformer.demo.number_words import demo_splits
+from vanilla_transformer.serve.service import Limits, RequestError, Settings, TranslationService
+from vanilla_transformer.tokenization import train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SPLITS = demo_splits(train_size=300, test_size=5, seed=0, max_value=9999)
+SENTENCE = "seven hundred forty-two thousand three hundred fifty-one"
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> Path:
+    """A small random model with a tokenizer of the numbers demo, and a card with examples."""
+    tokenizer = train_tokenizer([sentence for pair in SPLITS["train"] for sentence in pair], vocab_size=300)
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+                                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                      decoder_ffn_dim=64, dropout=0.0)  # fmt: skip
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.generation_config.max_new_tokens = 12
+    folder = tmp_path_factory.mktemp("model")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "README.md").write_text("---\nwidget:\n- text: forty-two\n- text: one hundred\n---\n# a test model\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def service(model_folder) -> TranslationService:
+    return TranslationService(model_folder, Limits(max_words=50, max_beams=6, max_batch_size=8))
+
+
+def test_requests_that_arrive_together_are_one_generate_call_per_setting(service, monkeypatch):
+    calls = []
+    generate = service.model.generate
+    monkeypatch.setattr(service.model, "generate", lambda **kw: calls.append(len(kw["input_ids"])) or generate(**kw))
+    texts = ["forty-two", "", "one hundred", "seven", "   ", "nine thousand"]
+    settings = [
+        Settings("greedy"),
+        Settings(),
+        Settings("greedy"),
+        Settings("beam", 3),
+        Settings(),
+        Settings("beam", 3),
+    ]
+    results = service.translate_batch(texts, settings)
+    assert sorted(calls) == [2, 2]  # greedy: two sentences, beam 3: two; the blank ones never reach the model
+    assert [result.text for result in results][1] == "" and results[4].text == ""
+    alone = [service.translate_batch([text], [setting])[0] for text, setting in zip(texts, settings, strict=True)]
+    assert [r.text for r in results] == [r.text for r in alone]  # a batch changes no translation
+    for result in (results[0], results[3]):
+        assert result.tokens[-1] == "</s>" and len(result.tokens) == len(result.probabilities)
+        assert all(0 < p <= 1 for p in result.probabilities)
+    sampled = [service.translate_batch(["forty-two"], [Settings("sampling", seed=3)])[0].text for _ in range(2)]
+    assert sampled[0] == sampled[1]  # the same request, the same sample
+
+
+@pytest.mark.parametrize(
+    "text, settings, named",
+    [
+        ("word " * 10_000, Settings(), "the text has 10,000 words; this service translates at most 50"),
+        ("forty-two", Settings("beam", 0), "num_beams=0 is outside 1 to 6"),
+        ("forty-two", Settings("beam", 1000), "num_beams=1000 is outside 1 to 6"),
+        ("forty-two", Settings(engine="ctranslate2"), "engine 'ctranslate2' is not served here"),
+        ("forty-two", Settings("sampling", temperature=0), "sampling takes 0 < temperature"),
+        ("forty-two", Settings("nucleus"), "decoding 'nucleus' is not one of"),
+    ],
+)
+def test_a_request_beyond_the_limits_is_refused_naming_the_limit(service, text, settings, named):
+    with pytest.raises(RequestError, match=named):
+        service.translate_batch([text], [settings])
+
+
+def test_text_of_any_kind_is_translated_as_text(service):
+    odd = ["🙂🙂 שלום עולם مرحبا بالعالم", "<script>alert(1)</script>", "a\tb\nc", "\u200b", "x" * 400]
+    results = service.translate_batch(odd, [Settings("greedy")] * len(odd))
+    assert all(isinstance(result.text, str) for result in results)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(service):
+    """The page of `service`, listening on 127.0.0.1, and a gradio_client on it."""
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from gradio_client import Client
+
+    from vanilla_transformer.serve.page import build_page
+
+    page = build_page(service, ["forty-two"], "test", queue_size=4)
+    port = free_port()
+    page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield page, Client(f"http://127.0.0.1:{port}/", verbose=False), port
+    page.close()
+
+
+def translate_call(client, text, decoding="greedy", beams=2):
+    return client.predict(text, decoding, beams, 1.0, 50, 1.0, "pytorch", api_name="/translate")
+
+
+def test_the_api_translates_with_token_probabilities_and_draws_the_attention(served, service):
+    _, client, _ = served
+    text, tokens = translate_call(client, SENTENCE, "beam", 3)
+    assert text == service.translate_batch([SENTENCE], [Settings("beam", 3)])[0].text
+    assert tokens[-1]["token"] == "</s>" and all(entry["class_or_confidence"].endswith("%") for entry in tokens)
+    pictures = client.predict(SENTENCE, text, "encoder", "1", "2", api_name="/inspect")
+    assert len(pictures) == 5 and all(picture["type"] == "matplotlib" for picture in pictures)
+
+
+def test_bad_input_through_the_api_gets_an_answer_and_the_service_stays_up(served):
+    from gradio_client.exceptions import AppError
+
+    _, client, _ = served
+    assert translate_call(client, "")[0] == "" and translate_call(client, "    ")[0] == ""
+    assert "at most 50" in translate_call(client, "word " * 10_000)[0]  # the cap named in the answer
+    assert isinstance(translate_call(client, "🙂 שלום مرحبا")[0], str)
+    assert isinstance(translate_call(client, "<b>x</b><script>alert(1)</script>")[0], str)
+    for beams in (0, 1000):  # the control's own limits refuse them
+        with pytest.raises(AppError, match="(less|greater) than (minimum|maximum) value"):
+            translate_call(client, "forty-two", "beam", beams)
+    assert translate_call(client, "forty-two")[0] is not None  # still serving
+
+
+def test_concurrent_requests_are_batched_and_a_full_queue_answers_busy(served, service):
+    from gradio_client import Client
+
+    _, _, port = served
+    service.batch_sizes.clear()
+    answers, failures = [], []
+
+    def client_loop():
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        for _ in range(3):
+            try:
+                answers.append(translate_call(client, SENTENCE)[0])
+            except Exception as error:  # noqa: BLE001 - a full queue answers with an error
+                failures.append(str(error))
+
+    threads = [threading.Thread(target=client_loop) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers and max(service.batch_sizes) > 1  # requests that waited together went through one call
+    # the queue holds 4: with 12 clients some requests find it full and are told so at once
+    assert all("Queue is full" in failure for failure in failures)
+    assert translate_call(Client(f"http://127.0.0.1:{port}/", verbose=False), "forty-two")[0] is not None
+
+
+def test_without_gradio_and_with_a_model_that_does_not_load_the_command_says_so_in_one_line(
+    model_folder, tmp_path, capsys, monkeypatch
+):
+    broken = tmp_path / "broken"
+    shutil.copytree(model_folder, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    pytest.importorskip("gradio")
+    assert main(["serve", "--model", str(broken), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.safetensors is corrupt or truncated" in err
+    monkeypatch.setitem(sys.modules, "gradio", None)  # as if it were not installed
+    assert main(["serve", "--model", str(model_folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and 'pip install "vanilla-transformer[serve]"' in err
+
+
+def test_the_space_folder_runs_the_page_for_the_model(model_folder, tmp_path):
+    pytest.importorskip("gradio")
+    from gradio_client import Client
+
+    assert main(["space", "--model", str(model_folder), "--output", str(tmp_path / "space")]) == 0
+    space = tmp_path / "space"
+    card = (space / "README.md").read_text()
+    assert "sdk: gradio" in card and "app_file: app.py" in card and f"- {model_folder}" in card
+    assert "gradio" in (space / "requirements.txt").read_text() and (space / "vanilla_transformer").is_dir()
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONPATH": ""}
+    output = subprocess.PIPE
+    app = subprocess.Popen([sys.executable, "app.py"], cwd=space, env=env, stdout=output, stderr=output, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            try:
+                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                assert app.poll() is None, app.communicate()[1][-3000:]
+                time.sleep(1)
+        text, tokens = translate_call(client, "forty-two")
+        assert isinstance(text, str) and tokens[-1]["token"] == "</s>"
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+
+
+def browser():
+    """Headless Chromium through Selenium with the system's chromedriver, or a skip saying what is missing."""
+    pytest.importorskip("selenium", reason='the browser test needs selenium (".[dev]")')
+    for program in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+        if not Path(program).exists():
+            pytest.skip(f"{program} is missing: apt-get install chromium chromium-driver (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,2300", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"):  # fmt: skip
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def test_the_page_in_a_browser(served, tmp_path):
+    """As a person uses it: type a sentence, press Translate, wait for the translation and the alignment, pick
+    another head; what was typed is shown as text, never run; a screenshot."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, _, port = served
+    driver = browser()
+    try:
+        driver.get(f"http://127.0.0.1:{port}/")
+        wait = WebDriverWait(driver, 120)
+        box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#text textarea"))
+        box.send_keys("<script>window.injected = 1</script>")
+        driver.find_element(By.ID, "translate-button").click()
+        wait.until(lambda d: "%" in d.find_element(By.ID, "tokens").text)  # the answer is there
+        assert driver.execute_script("return window.injected") is None
+        assert box.get_attribute("value") == "<script>window.injected = 1</script>"
+
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(SENTENCE)
+        driver.find_element(By.ID, "translate-button").click()
+
+        def translated(d) -> bool:
+            shown = d.find_element(By.CSS_SELECTOR, "#translation textarea").get_attribute("value")
+            return (
+                bool(shown) and not shown.startswith("⚠") and bool(d.find_elements(By.CSS_SELECTOR, "#alignment img"))
+            )
+
+        wait.until(translated)
+        tokens = driver.find_element(By.ID, "tokens").text
+        assert "%" in tokens and "</s>" in tokens
+        big = lambda d: d.find_element(By.CSS_SELECTOR, "#one-head img").get_attribute("src")  # noqa: E731
+        wait.until(big)
+        before = big(driver)
+        driver.find_element(By.CSS_SELECTOR, "#head input").click()
+        option = wait.until(lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "ul.options li") if o.text == "2"])
+        option[0].click()
+        wait.until(lambda d: big(d) != before)  # the large head is now head 2
+        screenshot = Path(os.environ.get("VANILLA_TRANSFORMER_SCREENSHOT", tmp_path / "serve.png"))
+        driver.save_screenshot(str(screenshot))
+        assert screenshot.stat().st_size > 10_000
+    finally:
+        driver.quit()
