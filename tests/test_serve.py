@@ -275,3 +275,15 @@ def test_the_page_in_a_browser(served, tmp_path):
         assert screenshot.stat().st_size > 10_000
     finally:
         driver.quit()
+
+
+def test_the_load_benchmark_prints_a_row_for_each_number_of_clients(model_folder):
+    pytest.importorskip("gradio")
+    command = [sys.executable, "-m", "benchmarks.serve", "--model", str(model_folder), "--clients", "1", "3",
+               "--requests", "2", "--baseline-sentences", "3", "--words", "6"]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "x |" in line]
+    assert [(row[0], row[1], row[2]) for row in rows] == [("| 1", "2", "0"), ("| 3", "6", "0")]
+    assert all(float(row[3]) > 0 and float(row[6]) >= 1 for row in rows)
+    assert "one sentence at a time, translate() in one process:" in completed.stdout
