@@ -26,7 +26,26 @@ def build_page(service: TranslationService, examples: list[str], title: str, que
     limits = service.limits
     model = service.model
     engines = [(ENGINES[name], name) for name in service.engines]
-    layers = model.config.decoder_layers if model is not None else 0
+
+    def sizes(stack: str) -> tuple[int, int]:
+        """(layers, heads) of a stack's attention: the encoder's, or the decoder's (self and cross)."""
+        if model is None:
+            return 0, 0
+        config = model.config
+        if stack == "encoder":
+            return config.encoder_layers, config.encoder_attention_heads
+        return config.decoder_layers, config.decoder_attention_heads
+
+    def numbered(count: int) -> list[str]:
+        return [str(i) for i in range(count)]
+
+    drawn = {}
+
+    def positions():
+        """The model's positions: the same for every sentence, drawn once."""
+        if "positions" not in drawn:
+            drawn["positions"] = positions_figure(model)
+        return drawn["positions"]
 
     def translate(texts, decodings, beams, temperatures, top_ks, top_ps, chosen_engines):
         """Batched: each argument is a list, one value per request."""
@@ -59,13 +78,13 @@ def build_page(service: TranslationService, examples: list[str], title: str, que
         source = tokenizer(text, truncation=True, max_length=limits.max_input_tokens)["input_ids"]
         generated = tokenizer(text_target=translation)["input_ids"]
         weights = attentions(model, tokenizer, source, generated)
-        layer = int(layer)
-        head = None if head == "all" else int(head)
+        layers, heads = sizes(stack)
+        layer, head = min(int(layer or 0), layers - 1), min(int(head or 0), heads - 1)
         return (
             alignment_figure(weights),
             heads_figure(weights, stack, layer),
-            heads_figure(weights, stack, layer, head if head is not None else 0),
-            positions_figure(model),
+            heads_figure(weights, stack, layer, head),
+            positions(),
             masks_figure(weights, model.config.sliding_window),
         )
 
@@ -91,21 +110,16 @@ def build_page(service: TranslationService, examples: list[str], title: str, que
                 stack = gr.Dropdown(
                     [(name, key) for key, name in STACK_NAMES.items()], value="cross", label="Attention"
                 )
-                layer = gr.Dropdown([str(i) for i in range(layers)], value="0", label="Layer", elem_id="layer")
-                head = gr.Dropdown(
-                    [str(i) for i in range(model.config.decoder_attention_heads if model else 0)],
-                    value="0",
-                    label="Head (large)",
-                    elem_id="head",
-                )
+                layer = gr.Dropdown(numbered(sizes("cross")[0]), value="0", label="Layer", elem_id="layer")
+                head = gr.Dropdown(numbered(sizes("cross")[1]), value="0", label="Head (large)", elem_id="head")
             all_heads = gr.Plot(label="All heads of the layer", elem_id="all-heads")
             one_head = gr.Plot(label="One head", elem_id="one-head")
         with gr.Tab("Positions and masks"):
-            positions = gr.Plot(label="The model's positions")
-            masks = gr.Plot(label="Masks of the sentence")
+            positions_plot = gr.Plot(label="The model's positions")
+            masks_plot = gr.Plot(label="Masks of the sentence")
 
         inputs = [text, decoding, num_beams, temperature, top_k, top_p, engine]
-        pictures = [alignment, all_heads, one_head, positions, masks]
+        pictures = [alignment, all_heads, one_head, positions_plot, masks_plot]
         picked = [text, translation, stack, layer, head]
         button.click(
             translate,
@@ -115,6 +129,12 @@ def build_page(service: TranslationService, examples: list[str], title: str, que
             max_batch_size=limits.max_batch_size,
             api_name="translate",
         ).then(inspect, picked, pictures, api_name="inspect")
+
+        def pickers(stack: str):
+            layers, heads = sizes(stack)
+            return gr.Dropdown(choices=numbered(layers), value="0"), gr.Dropdown(choices=numbered(heads), value="0")
+
+        stack.change(pickers, stack, [layer, head], api_visibility="private")
         for control in (stack, layer, head):
             control.change(inspect, picked, pictures, api_visibility="private")
         gr.api(service.stats, api_name="stats")  # requests served and the mean batch size
