@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vanilla_transformer.lexical_shortlist import FREQUENT
+
 from .common import command_line, log, machine_summary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", type=Path, default=MULTI30K, help="the model's corpus: {split}.{lang}[.gz] files")
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--candidates", type=int, nargs="+", default=[10, 20, 50], help="the K measured")
-    parser.add_argument("--frequent", type=int, default=100, help="N, the most frequent target tokens")
+    parser.add_argument("--candidates", type=int, nargs="+", default=[20, 50, 100], help="the K measured")
+    parser.add_argument("--frequent", type=int, default=FREQUENT, help="N, the most frequent target tokens")
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5], help="the decodings measured")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences a batch (translate's default)")
     parser.add_argument("--test-sentences", type=int, help="the first N test sentences only (a smoke run)")
@@ -65,8 +67,8 @@ def child(argv: list[str]) -> None:
     """Build the shortlist of a prepared folder's training split for a model; print seconds and peak RSS as JSON."""
     model, dataset, candidates, frequent = argv[0], argv[1], int(argv[2]), int(argv[3])
     from vanilla_transformer.inference.loading import load_config
+    from vanilla_transformer.lexical_shortlist import MIN_COUNT
     from vanilla_transformer.shortlist.build import build_shortlist
-    from vanilla_transformer.shortlist.write import MIN_COUNT
     from vanilla_transformer.training.corpus import load_prepared
 
     corpus, config = load_prepared(Path(dataset)), load_config(model)
@@ -109,8 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.model is None:
         sys.exit("--model FOLDER: a trained translation model")
     from vanilla_transformer.inference import load_for_translation, translate
+    from vanilla_transformer.lexical_shortlist import MIN_COUNT
     from vanilla_transformer.shortlist.build import build_shortlist
-    from vanilla_transformer.shortlist.write import MIN_COUNT
     from vanilla_transformer.tokenization import tokenizer_identity
     from vanilla_transformer.training.corpus import prepare_corpus
     from vanilla_transformer.training.evaluation import corpus_scores

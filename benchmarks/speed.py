@@ -291,8 +291,8 @@ def real_sentences_and_shortlist(args: argparse.Namespace):
     split, in a vocabulary of --vocab ids (see the module's docstring)."""
     import datasets
 
+    from vanilla_transformer.lexical_shortlist import CANDIDATES, FREQUENT, MIN_COUNT
     from vanilla_transformer.shortlist.build import build_shortlist
-    from vanilla_transformer.shortlist.write import CANDIDATES, FREQUENT, MIN_COUNT
     from vanilla_transformer.tokenization import iter_lines, train_tokenizer
 
     def lines(split: str, lang: str) -> list[str]:

@@ -19,6 +19,7 @@ from helpers import (
 )
 
 from vanilla_transformer.cli import main
+from vanilla_transformer.hub.push import files_to_push
 from vanilla_transformer.inference import load_for_translation, translate
 from vanilla_transformer.inference.quantization import quantize_linear_layers
 from vanilla_transformer.lexical_shortlist import SHORTLIST_FILE, LexicalShortlist, ShortlistError
@@ -237,6 +238,7 @@ def test_train_writes_the_shortlist_of_its_corpus(trained_with_shortlist, corpus
     assert shortlist.tokenizer == tokenizer_identity(tokenizer)
     assert shortlist.candidates.shape == (len(tokenizer), 5)
     assert json.loads((trained_with_shortlist / "results.json").read_text())["shortlist"]["bytes"] > 0
+    assert SHORTLIST_FILE in files_to_push(trained_with_shortlist)  # `push` publishes it with the model
     # the corpus the run trained on, built again by the command: the same file
     corpus = prepare_corpus(tiny_arguments(corpus_folder, trained_with_shortlist)[1], tokenizer)
     again = build_shortlist(corpus.train, len(tokenizer), len(tokenizer), shortlist_special(tokenizer, model), 5, 10, 2)

@@ -9,14 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..inference.loading import load_config, load_tokenizer
-from ..lexical_shortlist import SHORTLIST_FILE, LexicalShortlist
+from ..lexical_shortlist import CANDIDATES, FREQUENT, MIN_COUNT, SHORTLIST_FILE, LexicalShortlist
 from ..tokenization import tokenizer_identity
 from ..training.arguments import DataArguments, check_at_least
 from ..training.corpus import is_prepared, load_prepared, prepare_corpus
-
-CANDIDATES = 50  # a source token's candidates (Marian's shortlists: 50 to 100)
-FREQUENT = 100  # the most frequent target tokens, in every batch's shortlist
-MIN_COUNT = 2  # a candidate co-occurs with its source token in this many training pairs at least
 
 
 @dataclass

@@ -20,6 +20,8 @@ from ..configuration_vanilla_transformer import (
     WEIGHT_INITS,
     VanillaTransformerConfig,
 )
+from ..lexical_shortlist import CANDIDATES as SHORTLIST_CANDIDATES
+from ..lexical_shortlist import FREQUENT as SHORTLIST_FREQUENT
 from ..tokenization import VOCAB_SIZE
 from .schedule import DECAY_OVER, TIME_DECAYING_SCHEDULES
 from .trained_parts import FREEZE_HELP, LORA_TARGETS, check_freeze, check_peft_installed
@@ -372,8 +374,12 @@ class TrainArguments:
         default=False,
         metadata={"help": "write a lexical shortlist of the training corpus into the output folder at the end"},
     )
-    shortlist_candidates: int = field(default=50, metadata={"help": "the shortlist's candidates a source token"})
-    shortlist_frequent: int = field(default=100, metadata={"help": "the shortlist's most frequent target tokens"})
+    shortlist_candidates: int = field(
+        default=SHORTLIST_CANDIDATES, metadata={"help": "the shortlist's candidates a source token"}
+    )
+    shortlist_frequent: int = field(
+        default=SHORTLIST_FREQUENT, metadata={"help": "the shortlist's most frequent target tokens"}
+    )
     push_to_hub: bool = field(default=False, metadata={"help": "publish the output folder at the end"})
     hub_repo_id: str | None = None
     hub_private: bool = False
