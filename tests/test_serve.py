@@ -72,6 +72,19 @@ def test_requests_that_arrive_together_are_one_generate_call_per_setting(service
     assert sampled[0] == sampled[1]  # the same request, the same sample
 
 
+def test_a_ctranslate2_export_is_served_with_its_tokens_probabilities(model_folder, tmp_path):
+    pytest.importorskip("ctranslate2", reason='the CTranslate2 engine is optional: pip install ".[ct2]"')
+    from vanilla_transformer.export import export_ctranslate2
+
+    exported = TranslationService(export_ctranslate2(model_folder, tmp_path / "ct2"))
+    assert list(exported.engines) == ["ctranslate2"] and exported.model is None
+    (result,) = exported.translate_batch([SENTENCE], [Settings("greedy", engine="ctranslate2")])
+    assert result.tokens[-1] == "</s>" and len(result.tokens) == len(result.probabilities)
+    assert all(0 < p <= 1 for p in result.probabilities)
+    with pytest.raises(RequestError, match="sampling is served with the PyTorch engines"):
+        exported.translate_batch([SENTENCE], [Settings("sampling", engine="ctranslate2")])
+
+
 @pytest.mark.parametrize(
     "text, settings, named",
     [
