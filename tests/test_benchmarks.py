@@ -123,7 +123,8 @@ def test_the_shortlist_benchmark_prints_quality_and_build_rows(tmp_path):
     VanillaTransformerForConditionalGeneration(config).save_pretrained(model_folder)
     tokenizer.save_pretrained(model_folder)
     command = [sys.executable, "-m", "benchmarks.shortlist", "--model", str(model_folder), "--work", str(tmp_path),
-               "--test-sentences", "12", "--candidates", "5", "--beams", "1", "--pairs", "3000"]  # fmt: skip
+               "--test-sentences", "12", "--candidates", "5", "--frequent", "100", "--beams", "1",
+               "--pairs", "3000"]  # fmt: skip
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ")]
