@@ -13,31 +13,28 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import train_number_translator
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.demo.number_words import demo_splits
 from vanilla_transformer.serve.service import Limits, RequestError, Settings, TranslationService
 from vanilla_transformer.tokenization import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-SPLITS = demo_splits(train_size=300, test_size=5, seed=0, max_value=9999)
+SPLITS = demo_splits(train_size=2000, test_size=5, seed=0, max_value=9999)
 SENTENCE = "seven hundred forty-two thousand three hundred fifty-one"
 
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory) -> Path:
-    """A small random model with a tokenizer of the numbers demo, and a card with examples."""
-    tokenizer = train_tokenizer([sentence for pair in SPLITS["train"] for sentence in pair], vocab_size=300)
-    config = VanillaTransformerConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
-                                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-                                      decoder_ffn_dim=64, dropout=0.0)  # fmt: skip
-    torch.manual_seed(0)
-    model = VanillaTransformerForConditionalGeneration(config)
-    model.generation_config.max_new_tokens = 12
-    folder = tmp_path_factory.mktemp("model")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    """A small model trained to translate the numbers demo's English into German, with a card with examples."""
+    tokenizer = train_tokenizer([sentence for pair in SPLITS["train"] for sentence in pair], vocab_size=400)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        folder = train_number_translator(tmp_path_factory.mktemp("model"), tokenizer, SPLITS["train"], source_side=0)
+    finally:
+        torch.set_num_threads(threads)
     (folder / "README.md").write_text("---\nwidget:\n- text: forty-two\n- text: one hundred\n---\n# a test model\n")
     return folder
 
@@ -68,6 +65,15 @@ def test_requests_that_arrive_together_are_one_generate_call_per_setting(service
     for result in (results[0], results[3]):
         assert result.tokens[-1] == "</s>" and len(result.tokens) == len(result.probabilities)
         assert all(0 < p <= 1 for p in result.probabilities)
+    # greedy's probabilities are those of a teacher-forced pass over the translation
+    model, tokenizer = service.model, service.tokenizer
+    generated = tokenizer.convert_tokens_to_ids(results[0].tokens)
+    decoder_input_ids = torch.tensor([[model.config.decoder_start_token_id, *generated[:-1]]])
+    with torch.no_grad():
+        logits = model(input_ids=tokenizer([texts[0]], return_tensors="pt")["input_ids"],
+                       decoder_input_ids=decoder_input_ids).logits[0]  # fmt: skip
+    expected = logits.softmax(-1)[torch.arange(len(generated)), generated]
+    torch.testing.assert_close(torch.tensor(results[0].probabilities), expected, rtol=1e-4, atol=1e-6)
     sampled = [service.translate_batch(["forty-two"], [Settings("sampling", seed=3)])[0].text for _ in range(2)]
     assert sampled[0] == sampled[1]  # the same request, the same sample
 
@@ -79,8 +85,9 @@ def test_a_ctranslate2_export_is_served_with_its_tokens_probabilities(model_fold
     exported = TranslationService(export_ctranslate2(model_folder, tmp_path / "ct2"))
     assert list(exported.engines) == ["ctranslate2"] and exported.model is None
     (result,) = exported.translate_batch([SENTENCE], [Settings("greedy", engine="ctranslate2")])
-    assert result.tokens[-1] == "</s>" and len(result.tokens) == len(result.probabilities)
-    assert all(0 < p <= 1 for p in result.probabilities)
+    (ours,) = TranslationService(model_folder).translate_batch([SENTENCE], [Settings("greedy")])
+    assert result.tokens == ours.tokens  # the export translates as the model does, cut at the same length
+    torch.testing.assert_close(result.probabilities, ours.probabilities, rtol=1e-3, atol=1e-5)
     with pytest.raises(RequestError, match="sampling is served with the PyTorch engines"):
         exported.translate_batch([SENTENCE], [Settings("sampling", engine="ctranslate2")])
 
@@ -136,7 +143,9 @@ def test_the_api_translates_with_token_probabilities_and_draws_the_attention(ser
     _, client, _ = served
     text, tokens = translate_call(client, SENTENCE, "beam", 3)
     assert text == service.translate_batch([SENTENCE], [Settings("beam", 3)])[0].text
-    assert tokens[-1]["token"] == "</s>" and all(entry["class_or_confidence"].endswith("%") for entry in tokens)
+    expected = service.translate_batch([SENTENCE], [Settings("beam", 3)])[0]
+    assert [entry["token"] for entry in tokens] == expected.tokens
+    assert [entry["class_or_confidence"] for entry in tokens] == [f"{p:.0%}" for p in expected.probabilities]
     pictures = client.predict(SENTENCE, text, "encoder", "1", "2", api_name="/inspect")
     assert len(pictures) == 5 and all(picture["type"] == "matplotlib" for picture in pictures)
 
@@ -197,7 +206,7 @@ def test_without_gradio_and_with_a_model_that_does_not_load_the_command_says_so_
     assert err.count("\n") == 1 and 'pip install "vanilla-transformer[serve]"' in err
 
 
-def test_the_space_folder_runs_the_page_for_the_model(model_folder, tmp_path):
+def test_the_space_folder_runs_the_page_for_the_model(model_folder, service, tmp_path):
     pytest.importorskip("gradio")
     from gradio_client import Client
 
@@ -220,7 +229,8 @@ def test_the_space_folder_runs_the_page_for_the_model(model_folder, tmp_path):
                 assert app.poll() is None, app.communicate()[1][-3000:]
                 time.sleep(1)
         text, tokens = translate_call(client, "forty-two")
-        assert isinstance(text, str) and tokens[-1]["token"] == "</s>"
+        expected = service.translate_batch(["forty-two"], [Settings("greedy")])[0]
+        assert text == expected.text and [entry["token"] for entry in tokens] == expected.tokens
     finally:
         app.terminate()
         app.wait(timeout=30)
@@ -244,7 +254,7 @@ def browser():
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def test_the_page_in_a_browser(served, tmp_path):
+def test_the_page_in_a_browser(served, service, tmp_path):
     """As a person uses it: type a sentence, press Translate, wait for the translation and the alignment, pick
     another head; what was typed is shown as text, never run; a screenshot."""
     from selenium.webdriver.common.by import By
@@ -274,13 +284,15 @@ def test_the_page_in_a_browser(served, tmp_path):
             )
 
         wait.until(translated)
+        shown = driver.find_element(By.CSS_SELECTOR, "#translation textarea").get_attribute("value")
+        assert shown == service.translate_batch([SENTENCE], [Settings("beam", 4)])[0].text  # the page's default
         tokens = driver.find_element(By.ID, "tokens").text
         assert "%" in tokens and "</s>" in tokens
         big = lambda d: d.find_element(By.CSS_SELECTOR, "#one-head img").get_attribute("src")  # noqa: E731
         wait.until(big)
         before = big(driver)
         driver.find_element(By.CSS_SELECTOR, "#head input").click()
-        option = wait.until(lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "ul.options li") if o.text == "2"])
+        option = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '#head [role=option][aria-label="2"]'))
         option[0].click()
         wait.until(lambda d: big(d) != before)  # the large head is now head 2
         screenshot = Path(os.environ.get("VANILLA_TRANSFORMER_SCREENSHOT", tmp_path / "serve.png"))

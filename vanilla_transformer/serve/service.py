@@ -84,6 +84,8 @@ class TranslationService:
             )
             self.engines["pytorch"] = self.model
         self.shortlist = (Path(self.folder) / SHORTLIST_FILE).is_file()
+        # one length limit for every request, whatever else shares its batch, so that a batch changes no translation
+        self.max_new_tokens = min(self.limits.max_new_tokens, _configured_max_new_tokens(self.folder, self.model))
 
     def add_int8(self) -> None:
         """The int8 twin of the PyTorch model (torch's dynamic quantization), as a second engine."""
@@ -164,7 +166,7 @@ class TranslationService:
             output = model.generate(
                 **inputs,
                 **keywords,
-                max_new_tokens=min(self.limits.max_new_tokens, inputs["input_ids"].shape[1] + 50),
+                max_new_tokens=self.max_new_tokens,
                 output_scores=True,
                 return_dict_in_generate=True,
                 **({"use_shortlist": True} if self.shortlist else {}),
@@ -192,7 +194,7 @@ class TranslationService:
         results = translator.translate_batch(
             source,
             beam_size=settings.generation_keywords()["num_beams"],
-            max_decoding_length=self.limits.max_new_tokens,
+            max_decoding_length=self.max_new_tokens,
             max_input_length=0,
             min_decoding_length=0,
             use_vmap=self.shortlist and (Path(self.folder) / "vmap.txt").is_file(),
@@ -204,5 +206,26 @@ class TranslationService:
         for tokens, score in zip(hypotheses, scored, strict=True):
             ids = model.target_ids(tokens)
             text = tokenizer.decode(ids, skip_special_tokens=True).strip()
-            done.append(Translation(text, [*tokens, tokenizer.eos_token], [math.exp(p) for p in score.log_probs]))
+            # the score of the end of sentence comes last; a translation cut at the length limit never chose it
+            ended = len(tokens) < self.max_new_tokens
+            chosen = [*tokens, tokenizer.eos_token] if ended else list(tokens)
+            done.append(Translation(text, chosen, [math.exp(p) for p in score.log_probs[: len(chosen)]]))
         return done
+
+
+def _configured_max_new_tokens(folder: str, model) -> int:
+    """The model's generation config's max_new_tokens (that of the export's folder for CTranslate2), or no limit
+    of its own; a decoder with learned positions stops at its table's end."""
+    from transformers import GenerationConfig
+
+    if model is not None:
+        generation_config, config = model.generation_config, model.config
+    else:
+        try:
+            generation_config, config = GenerationConfig.from_pretrained(folder), None
+        except OSError:  # an export without a generation config
+            generation_config, config = GenerationConfig(), None
+    limit = generation_config.max_new_tokens or math.inf
+    if config is not None and getattr(config, "position_embedding_type", None) == "learned":
+        limit = min(limit, config.max_position_embeddings)
+    return limit
