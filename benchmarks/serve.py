@@ -1,6 +1,7 @@
-"""The page's service under load: `vanilla-transformer serve` started on 127.0.0.1, N concurrent clients
-(gradio_client, each its own connection) sending a bounded number of requests each through the HTTP API; printed per
-N: requests/s, p50 and p99 latency, failed requests and the mean batch size the service translated together, beside
+"""The page's service under load: `vanilla-transformer serve` started on 127.0.0.1, N concurrent clients (threads,
+each with its own HTTP connection, POSTing as curl would) sending a bounded number of requests each through the
+page's Gradio API (/gradio_api/run/translate) and through its JSON API (/api/translate); printed per API and N:
+requests/s, p50 and p99 latency, failed requests and the mean batch size the service translated together, beside
 a loop that calls translate() one sentence at a time in one process.
 
     python -m benchmarks.serve --model outputs/demo                       # the demo model (vanilla-transformer demo)
@@ -21,6 +22,7 @@ from pathlib import Path
 from .common import command_line, log, machine_summary
 
 REPO = Path(__file__).resolve().parents[1]
+API_NAMES = {"gradio": "Gradio (/gradio_api/run/translate)", "json": "JSON (/api/translate)"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="concurrent clients, each a run")
     parser.add_argument("--requests", type=int, default=10, help="requests each client sends, one after another")
     parser.add_argument("--words", type=int, default=20, help="words of the sentence every request sends")
+    parser.add_argument("--apis", nargs="+", default=list(API_NAMES), choices=list(API_NAMES), help="the APIs measured")
     parser.add_argument("--decoding", default="greedy", choices=("greedy", "beam"))
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--max-batch-size", type=int, default=16, help="the service's --max-batch-size")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the service's --max-wait-ms")
     parser.add_argument("--baseline-sentences", type=int, default=50, help="sentences of the one-at-a-time loop")
     return parser
 
@@ -56,42 +60,64 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_service(args, port: int) -> tuple[subprocess.Popen, object]:
-    from gradio_client import Client
+def start_service(args, port: int) -> subprocess.Popen:
+    import httpx
 
     command = [sys.executable, "-m", "vanilla_transformer.cli", "serve", "--model", str(args.model), "--port",
-               str(port), "--max-batch-size", str(args.max_batch_size)]  # fmt: skip
+               str(port), "--max-batch-size", str(args.max_batch_size),
+               "--max-wait-ms", str(args.max_wait_ms)]  # fmt: skip
     service = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
         if service.poll() is not None:
             sys.exit(f"the service did not start:\n{service.stderr.read()[-3000:]}")
         try:
-            return service, Client(f"http://127.0.0.1:{port}/", verbose=False)
-        except Exception:  # noqa: BLE001 - not listening yet
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=5).raise_for_status()
+            return service
+        except httpx.HTTPError:  # not listening yet
             time.sleep(1)
     service.kill()
     sys.exit("the service did not answer within 300 s")
 
 
-def request(client, text: str, args) -> None:
-    client.predict(text, args.decoding, args.beams, 1.0, 50, 1.0, "pytorch", api_name="/translate")
+def gradio_call(client, port: int, endpoint: str, data: list):
+    """One call of the page's Gradio API: the answer's data, or an error naming what the service said."""
+    response = client.post(f"http://127.0.0.1:{port}/gradio_api/run/{endpoint}", json={"data": data}, timeout=120)
+    answer = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+    if response.status_code != 200 or answer.get("error") or "data" not in answer:
+        raise RuntimeError(f"HTTP {response.status_code}: {answer.get('error') or response.text[:200]}")
+    return answer["data"]
 
 
-def under_load(args, port: int, clients: int, text: str) -> dict:
-    """`clients` threads, each with its own client, sending `requests` requests one after another."""
-    from gradio_client import Client
+def request(client, port: int, text: str, args, api: str) -> None:
+    """One translation through `api`: "gradio" (the page's Gradio API) or "json" (POST /api/translate)."""
+    settings = {"decoding": args.decoding, "num_beams": args.beams}
+    if api == "gradio":
+        data = [text, args.decoding, args.beams, 1.0, 50, 1.0, "pytorch"]
+        translation = gradio_call(client, port, "translate", data)[0]
+    else:
+        response = client.post(f"http://127.0.0.1:{port}/api/translate", json={"text": text, **settings}, timeout=120)
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
+        translation = response.json()["translation"]
+    if not translation or translation.startswith("⚠"):
+        raise RuntimeError(f"no translation: {translation!r}")
 
-    connections = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(clients)]
+
+def under_load(args, port: int, clients: int, text: str, api: str) -> dict:
+    """`clients` threads, each with its own connection, sending `requests` requests one after another."""
+    import httpx
+
+    connections = [httpx.Client() for _ in range(clients)]
     latencies: list[float] = []
     failures: list[str] = []
-    stats = connections[0].predict(api_name="/stats")
+    stats = connections[0].get(f"http://127.0.0.1:{port}/api/stats").json()
 
     def client_loop(client) -> None:
         for _ in range(args.requests):
             started = time.perf_counter()
             try:
-                request(client, text, args)
+                request(client, port, text, args, api)
                 latencies.append(time.perf_counter() - started)
             except Exception as error:  # noqa: BLE001 - counted and shown
                 failures.append(f"{type(error).__name__}: {error}")
@@ -103,10 +129,13 @@ def under_load(args, port: int, clients: int, text: str) -> dict:
     for thread in threads:
         thread.join()
     seconds = time.perf_counter() - started
-    after = connections[0].predict(api_name="/stats")
+    after = connections[0].get(f"http://127.0.0.1:{port}/api/stats").json()
+    for connection in connections:
+        connection.close()
     batches = after["batches"] - stats["batches"]
     ordered = sorted(latencies)
     return {
+        "api": api,
         "clients": clients,
         "requests": clients * args.requests,
         "failures": len(failures),
@@ -137,32 +166,37 @@ def main(argv: list[str] | None = None) -> None:
     log(f"one sentence at a time: {args.baseline_sentences} sentences of {args.words} words")
     baseline = one_at_a_time(args, text)
     port = free_port()
-    service, client = start_service(args, port)
+    service = start_service(args, port)
     try:
-        request(client, text, args)  # warm-up
+        import httpx
+
         rows = []
-        for clients in args.clients:
-            log(f"{clients} clients x {args.requests} requests")
-            rows.append(under_load(args, port, clients, text))
+        for api in args.apis:
+            with httpx.Client() as client:
+                request(client, port, text, args, api)  # warm-up
+            for clients in args.clients:
+                log(f"{API_NAMES[api]}: {clients} clients x {args.requests} requests")
+                rows.append(under_load(args, port, clients, text, api))
     finally:
         service.terminate()
         service.wait(timeout=60)
     decoding = "greedy" if args.decoding == "greedy" else f"beam {args.beams}"
     print(f"\n{command_line()}\n{machine_summary()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"model {args.model}; every request: a {args.words}-word sentence, {decoding}; service batches of at most "
-          f"{args.max_batch_size}\n")  # fmt: skip
-    print("| clients | requests | failed | requests/s | p50 latency (s) | p99 latency (s) | mean batch | "
+          f"{args.max_batch_size}, waiting {args.max_wait_ms:g} ms at most for a batch to fill\n")  # fmt: skip
+    print("| API | clients | requests | failed | requests/s | p50 latency (s) | p99 latency (s) | mean batch | "
           "vs one at a time |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
-            f"| {row['clients']} | {row['requests']} | {row['failures']} | {row['per_second']:.1f} | "
+            f"| {API_NAMES[row['api']]} | {row['clients']} | {row['requests']} | {row['failures']} | "
+            f"{row['per_second']:.1f} | "
             f"{row['p50']:.2f} | {row['p99']:.2f} | {row['mean_batch']:.1f} | {row['per_second'] / baseline:.2f}x |"
         )
     print(f"\none sentence at a time, translate() in one process: {baseline:.1f} sentences/s")
     for row in rows:
         if row["first_failure"]:
-            print(f"{row['clients']} clients, first failure: {row['first_failure']}")
+            print(f"{API_NAMES[row['api']]}, {row['clients']} clients, first failure: {row['first_failure']}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from vanilla_transformer.tokenization import train_tokenizer
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = demo_splits(train_size=2000, test_size=5, seed=0, max_value=9999)
 SENTENCE = "seven hundred forty-two thousand three hundred fifty-one"
+QUEUE_SIZE = 4  # the served page's queue
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +127,10 @@ def served(service):
     pytest.importorskip("gradio", reason='the page needs ".[serve]"')
     from gradio_client import Client
 
-    from vanilla_transformer.serve.page import build_page
+    from vanilla_transformer.serve.server import start_server
 
-    page = build_page(service, ["forty-two"], "test", queue_size=4)
     port = free_port()
-    page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    page = start_server(service, ["forty-two"], "test", "127.0.0.1", port, queue_size=QUEUE_SIZE, block=False)
     yield page, Client(f"http://127.0.0.1:{port}/", verbose=False), port
     page.close()
 
@@ -164,30 +164,79 @@ def test_bad_input_through_the_api_gets_an_answer_and_the_service_stays_up(serve
     assert translate_call(client, "forty-two")[0] is not None  # still serving
 
 
-def test_concurrent_requests_are_batched_and_a_full_queue_answers_busy(served, service):
+def json_call(port: int, body, method: str = "post"):
+    import httpx
+
+    response = httpx.request(method.upper(), f"http://127.0.0.1:{port}/api/translate", json=body, timeout=120)
+    return response.status_code, response.json()
+
+
+def test_the_json_api_translates_as_the_service_does_and_refuses_bad_requests_naming_why(served, service):
+    _, _, port = served
+    status, answer = json_call(port, {"text": SENTENCE, "decoding": "beam", "num_beams": 3})
+    expected = service.translate_batch([SENTENCE], [Settings("beam", 3)])[0]
+    assert status == 200 and answer["translation"] == expected.text and answer["tokens"] == expected.tokens
+    assert answer["probabilities"] == pytest.approx(expected.probabilities)
+    assert json_call(port, {"text": "   "}) == (200, {"translation": "", "tokens": [], "probabilities": []})
+    refused = [
+        ({"text": "word " * 10_000}, "the text has 10,000 words; this service translates at most 50"),
+        ({"text": "forty-two", "decoding": "beam", "num_beams": 1000}, "num_beams=1000 is outside 1 to 6"),
+        ({"text": "forty-two", "num_beams": "four"}, "num_beams='four' must be a int"),
+        ({"text": "forty-two", "engine": "tensorrt"}, "engine 'tensorrt' is not served here"),
+        ({"text": "forty-two", "beams": 4}, "a request is a JSON object with a string 'text' and of"),
+        ({"decoding": "greedy"}, "a request is a JSON object with a string 'text'"),
+    ]
+    for body, named in refused:
+        status, answer = json_call(port, body)
+        assert status == 422 and answer["error"].startswith(named), (body, answer)
+    assert json_call(port, ["forty-two"])[0] == 422  # not an object
+    assert json_call(port, {"text": "forty-two"})[0] == 200  # still serving
+
+
+def test_requests_that_wait_together_are_translated_together_from_both_apis(served, service):
     from gradio_client import Client
 
     _, _, port = served
+    answers = []
+    clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(2)]
+    calls = [lambda: json_call(port, {"text": SENTENCE})[1]["translation"]] * 3 + [
+        lambda client=client: translate_call(client, SENTENCE)[0] for client in clients
+    ]
+    threads = [threading.Thread(target=lambda call=call: answers.append(call())) for call in calls]
     service.batch_sizes.clear()
-    answers, failures = [], []
-
-    def client_loop():
-        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        for _ in range(3):
-            try:
-                answers.append(translate_call(client, SENTENCE)[0])
-            except Exception as error:  # noqa: BLE001 - a full queue answers with an error
-                failures.append(str(error))
-
-    threads = [threading.Thread(target=client_loop) for _ in range(12)]
-    for thread in threads:
-        thread.start()
+    with service.lock:  # the model is busy: the five requests wait
+        for thread in threads:
+            thread.start()
+        time.sleep(3)
     for thread in threads:
         thread.join()
-    assert answers and max(service.batch_sizes) > 1  # requests that waited together went through one call
-    # the queue holds 4: with 12 clients some requests find it full and are told so at once
-    assert all("Queue is full" in failure for failure in failures)
-    assert translate_call(Client(f"http://127.0.0.1:{port}/", verbose=False), "forty-two")[0] is not None
+    expected = service.translate_batch([SENTENCE], [Settings("greedy")])[0].text
+    assert answers == [expected] * 5 and sum(service.batch_sizes[:-1]) == 5
+    assert max(service.batch_sizes[:-1]) > 1  # those that waited went through one call
+
+
+def test_a_full_queue_answers_busy_at_once_and_every_waiting_request_is_translated(served, service):
+    from gradio_client.exceptions import AppError
+
+    _, client, port = served
+    statuses = []
+    threads = [
+        threading.Thread(target=lambda: statuses.append(json_call(port, {"text": SENTENCE})[0])) for _ in range(30)
+    ]
+    with service.lock:  # the model is busy: the worker holds a batch, the queue fills, the rest hear "busy"
+        for thread in threads:
+            thread.start()
+        refused_while_busy = 30 - service.limits.max_batch_size - QUEUE_SIZE
+        deadline = time.time() + 120
+        while statuses.count(503) < refused_while_busy and time.time() < deadline:
+            time.sleep(0.05)
+        assert statuses.count(503) >= refused_while_busy and 200 not in statuses
+        with pytest.raises(AppError, match=f"busy: {QUEUE_SIZE} requests are waiting; try again"):
+            translate_call(client, "forty-two")  # the page's API says the same
+    for thread in threads:
+        thread.join()
+    assert set(statuses) == {200, 503} and len(statuses) == 30  # the waiting ones were translated, none lost
+    assert json_call(port, {"text": "forty-two"})[0] == 200
 
 
 def test_without_gradio_and_with_a_model_that_does_not_load_the_command_says_so_in_one_line(
@@ -302,13 +351,15 @@ def test_the_page_in_a_browser(served, service, tmp_path):
         driver.quit()
 
 
-def test_the_load_benchmark_prints_a_row_for_each_number_of_clients(model_folder):
+def test_the_load_benchmark_prints_a_row_for_each_api_and_number_of_clients(model_folder):
     pytest.importorskip("gradio")
     command = [sys.executable, "-m", "benchmarks.serve", "--model", str(model_folder), "--clients", "1", "3",
                "--requests", "2", "--baseline-sentences", "3", "--words", "6"]  # fmt: skip
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "x |" in line]
-    assert [(row[0], row[1], row[2]) for row in rows] == [("| 1", "2", "0"), ("| 3", "6", "0")]
-    assert all(float(row[3]) > 0 and float(row[6]) >= 1 for row in rows)
+    apis = ["| Gradio (/gradio_api/run/translate)", "| JSON (/api/translate)"]
+    counts = [("1", "2", "0"), ("3", "6", "0")]  # clients, requests, failed
+    assert [tuple(row[:4]) for row in rows] == [(api, *count) for api in apis for count in counts]
+    assert all(float(row[4]) > 0 and float(row[7]) >= 1 for row in rows)
     assert "one sentence at a time, translate() in one process:" in completed.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .batching import QUEUE_SIZE
 from .service import Limits
 
 
@@ -26,6 +27,15 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
         "--max-batch-size", type=int, default=Limits.max_batch_size, help="requests translated in one generate() call"
     )
     parser.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=Limits.max_wait_ms,
+        help="how long a request waits for others to share its generate() call",
+    )
+    parser.add_argument(
+        "--queue-size", type=int, default=QUEUE_SIZE, help="requests waiting at most; one more is answered busy"
+    )
+    parser.add_argument(
         "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
     )
     parser.set_defaults(func=run_serve)
@@ -45,11 +55,20 @@ def import_gradio():
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    for name in ("max_words", "max_beams", "max_batch_size", "port"):
+    for name in ("max_words", "max_beams", "max_batch_size", "port", "queue_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
-    limits = Limits(max_words=args.max_words, max_beams=args.max_beams, max_batch_size=args.max_batch_size)
-    serve_model(args.model, args.host, args.port, args.share, limits, args.int8, args.trust_remote_code)
+    if not 0 <= args.max_wait_ms <= 10_000:
+        raise ValueError(f"--max-wait-ms={args.max_wait_ms} must be between 0 and 10000")
+    limits = Limits(
+        max_words=args.max_words,
+        max_beams=args.max_beams,
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+    )
+    serve_model(
+        args.model, args.host, args.port, args.share, limits, args.int8, args.trust_remote_code, args.queue_size
+    )
     return 0
 
 
@@ -61,19 +80,19 @@ def serve_model(
     limits: Limits | None = None,
     int8: bool = False,
     trust_remote_code: bool = False,
+    queue_size: int = QUEUE_SIZE,
 ) -> None:
     """Load `model` and serve its page until interrupted. `host`/`port` None: Gradio's GRADIO_SERVER_NAME and
     GRADIO_SERVER_PORT (a Space sets them), else 127.0.0.1:7860."""
     import_gradio()
-    from .page import build_page
+    from .server import start_server
     from .service import TranslationService
 
     # the model first: a folder that does not load stops here, in one line, before any page is started
     service = TranslationService(model, limits, trust_remote_code=trust_remote_code)
     if int8 and service.model is not None:
         service.add_int8()
-    page = build_page(service, model_examples(model), title=f"vanilla-transformer: {model}")
-    page.launch(server_name=host, server_port=port, share=share, show_error=True)
+    start_server(service, model_examples(model), f"vanilla-transformer: {model}", host, port, share, queue_size)
 
 
 def add_space_subcommand(subparsers) -> argparse.ArgumentParser:
@@ -104,9 +123,11 @@ def model_examples(model: str, count: int = 3) -> list[str]:
     """The example sentences the model's card lists (its `widget` entries), if any."""
     from huggingface_hub import ModelCard
 
+    # a folder's own card, else the Hub's (ModelCard.load takes a card file or a repo id, not a folder)
+    card_file = Path(model) / "README.md"
     try:
-        card = ModelCard.load(model) if not str(model).endswith("/") else None
+        card = ModelCard.load(card_file if Path(model).is_dir() else model)
     except Exception:  # noqa: BLE001 - a folder without a card, or an unreachable Hub: no examples
         return []
-    widget = (card.data.to_dict() if card is not None else {}).get("widget") or []
+    widget = card.data.to_dict().get("widget") or []
     return [entry["text"] for entry in widget if isinstance(entry, dict) and entry.get("text")][:count]

@@ -6,23 +6,23 @@ encoder and decoder self-attention with a layer and head picker (all heads as sm
 Tab "Positions and masks": the model's positions and the masks of the sentence. The examples under the box come from
 the model card or the model's validation set.
 
-Two API endpoints, Gradio's own (usable with `gradio_client`): `/translate` (text and settings in, the translation
-and its tokens' probabilities out), batched: the requests waiting when the model is free are translated together,
-up to the service's batch size; and `/inspect` (the pictures). The queue is bounded: a request that finds it full is
-answered "busy, try again" at once.
+Two API endpoints, Gradio's own (usable with `gradio_client`, or a plain POST to /gradio_api/run/translate):
+`/translate` (text and settings in, the translation and its tokens' probabilities out), batched by `Batcher`: the
+requests waiting when the model is free are translated together, up to the service's batch size and wait limit; and
+`/inspect` (the pictures). The queues are bounded: a request that finds one full is answered "busy, try again" at
+once.
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
+from .batching import Batcher, Busy
 from .inspection import STACK_NAMES, alignment_figure, attentions, heads_figure, masks_figure, positions_figure
 from .service import DECODINGS, ENGINES, RequestError, Settings, TranslationService
 
-QUEUE_SIZE = 64  # requests waiting at most; one more is answered "busy"
 
-
-def build_page(service: TranslationService, examples: list[str], title: str, queue_size: int = QUEUE_SIZE):
+def build_page(service: TranslationService, batcher: Batcher, examples: list[str], title: str, queue_size: int):
     limits = service.limits
     model = service.model
     engines = [(ENGINES[name], name) for name in service.engines]
@@ -47,29 +47,17 @@ def build_page(service: TranslationService, examples: list[str], title: str, que
             drawn["positions"] = positions_figure(model)
         return drawn["positions"]
 
-    def translate(texts, decodings, beams, temperatures, top_ks, top_ps, chosen_engines):
-        """Batched: each argument is a list, one value per request."""
-        settings = [
-            Settings(decoding, int(num_beams), float(temperature), int(top_k), float(top_p), engine)
-            for decoding, num_beams, temperature, top_k, top_p, engine in zip(
-                decodings, beams, temperatures, top_ks, top_ps, chosen_engines, strict=True
-            )
-        ]
-        answers = [None] * len(texts)
-        good = []
-        for index, (text, setting) in enumerate(zip(texts, settings, strict=True)):
-            try:
-                service.check(text, setting)
-                good.append(index)
-            except RequestError as error:  # one bad request must not fail the others of its batch
-                answers[index] = (f"⚠ {error}", [])
-        done = service.translate_batch([texts[i] for i in good], [settings[i] for i in good])
-        for index, translation in zip(good, done, strict=True):
-            highlighted = [
-                (token, f"{p:.0%}") for token, p in zip(translation.tokens, translation.probabilities, strict=True)
-            ]
-            answers[index] = (translation.text, highlighted)
-        return [[answer[0] for answer in answers], [answer[1] for answer in answers]]
+    def translate(text, decoding, num_beams, temperature, top_k, top_p, engine):
+        """One request; the batcher translates it with the others waiting beside it."""
+        settings = Settings(decoding, int(num_beams), float(temperature), int(top_k), float(top_p), engine)
+        try:
+            translation = batcher.translate(text, settings)
+        except RequestError as error:  # answered, with the limit it broke
+            return f"⚠ {error}", []
+        except Busy as error:
+            raise gr.Error(str(error)) from None
+        pairs = zip(translation.tokens, translation.probabilities, strict=True)
+        return translation.text, [(token, f"{p:.0%}") for token, p in pairs]
 
     def inspect(text, translation, stack, layer, head):
         if model is None or not text.strip() or translation.startswith("⚠"):
@@ -121,14 +109,11 @@ def build_page(service: TranslationService, examples: list[str], title: str, que
         inputs = [text, decoding, num_beams, temperature, top_k, top_p, engine]
         pictures = [alignment, all_heads, one_head, positions_plot, masks_plot]
         picked = [text, translation, stack, layer, head]
-        button.click(
-            translate,
-            inputs,
-            [translation, probabilities],
-            batch=True,
-            max_batch_size=limits.max_batch_size,
-            api_name="translate",
-        ).then(inspect, picked, pictures, api_name="inspect")
+        # not through Gradio's queue (whose every request costs tens of milliseconds of the CPU the model needs):
+        # the batcher is this endpoint's bounded queue
+        button.click(translate, inputs, [translation, probabilities], api_name="translate", queue=False).then(
+            inspect, picked, pictures, api_name="inspect"
+        )
 
         def pickers(stack: str):
             layers, heads = sizes(stack)
@@ -137,6 +122,6 @@ def build_page(service: TranslationService, examples: list[str], title: str, que
         stack.change(pickers, stack, [layer, head], api_visibility="private")
         for control in (stack, layer, head):
             control.change(inspect, picked, pictures, api_visibility="private")
-        gr.api(service.stats, api_name="stats")  # requests served and the mean batch size
+        gr.api(service.stats, api_name="stats", queue=False)  # requests served and the mean batch size
     page.queue(max_size=queue_size, default_concurrency_limit=1)
     return page

@@ -30,6 +30,7 @@ class Limits:
     max_new_tokens: int = 256
     max_beams: int = 8
     max_batch_size: int = 16  # requests translated in one generate() call
+    max_wait_ms: float = 5.0  # how long a lone request waits for others to share its generate() call
 
 
 @dataclass(frozen=True)
