@@ -251,3 +251,38 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
     return write_lines(path, [json.dumps(record, ensure_ascii=False) for record in records])
+
+
+def train_number_translator(folder: Path, tokenizer, pairs, source_side: int, steps: int = 300) -> Path:
+    """A small model trained for `steps` steps (about 12 s on 2 cores) on the numbers demo's (english, german) pairs,
+    translating side `source_side` into the other almost perfectly; saved with `tokenizer` into `folder`."""
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        dropout=0.0,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    model = VanillaTransformerForConditionalGeneration(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        batch = [pairs[index] for index in torch.randint(len(pairs), (32,), generator=generator).tolist()]
+        source = tokenizer([pair[source_side] for pair in batch], padding=True, return_tensors="pt")
+        target = tokenizer([pair[1 - source_side] for pair in batch], padding=True, return_tensors="pt")["input_ids"]
+        loss = model(**source, labels=target.masked_fill(target == tokenizer.pad_token_id, -100)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

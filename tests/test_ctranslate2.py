@@ -6,9 +6,9 @@ import sys
 import pytest
 import sacrebleu
 import torch
-from helpers import tiny_config
+from helpers import tiny_config, train_number_translator
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.demo.number_words import demo_splits
 from vanilla_transformer.export import export_ctranslate2, unsupported_switches
@@ -41,38 +41,8 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def trained_folder(tmp_path_factory, tokenizer, two_threads):
-    """A small model trained for 300 steps (about 12 s on 2 cores) to translate the numbers almost perfectly."""
-    torch.manual_seed(0)
-    config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
-        dropout=0.0,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-    )
-    model = VanillaTransformerForConditionalGeneration(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    pairs, generator = SPLITS["train"], torch.Generator().manual_seed(0)
-    for _ in range(300):
-        batch = [pairs[index] for index in torch.randint(len(pairs), (32,), generator=generator).tolist()]
-        source = tokenizer([german for _, german in batch], padding=True, return_tensors="pt")
-        target = tokenizer([english for english, _ in batch], padding=True, return_tensors="pt")["input_ids"]
-        loss = model(**source, labels=target.masked_fill(target == tokenizer.pad_token_id, -100)).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    folder = tmp_path_factory.mktemp("trained")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    """A small model trained to translate the German numbers into English almost perfectly."""
+    return train_number_translator(tmp_path_factory.mktemp("trained"), tokenizer, SPLITS["train"], source_side=1)
 
 
 @pytest.fixture(scope="module")

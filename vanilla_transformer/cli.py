@@ -14,6 +14,7 @@ from .export import add_export_subcommand
 from .export.ctranslate2_spec import MissingExtraError
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
+from .serve import add_serve_subcommand, add_space_subcommand
 from .shortlist import add_shortlist_subcommand, run_shortlist
 from .tokenization import add_tokenizer_subcommand
 from .training import RunEndedWithErrors, add_prepare_subcommand, add_train_subcommand, run_prepare, run_train
@@ -47,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_translate_corpus_subcommand(subcommands)
     add_shortlist_subcommand(subcommands)
     add_push_subcommand(subcommands)
+    add_serve_subcommand(subcommands)
+    add_space_subcommand(subcommands)
     add_export_subcommand(subcommands)
     add_convert_subcommand(subcommands)
     add_plot_subcommand(subcommands)

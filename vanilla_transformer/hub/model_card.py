@@ -101,6 +101,8 @@ class ModelCardResults:
     # of the final model: (set, BLEU before, BLEU after, chrF before, chrF after)
     from_model: str | None = None
     before_and_after: list[tuple[str, float, float, float, float]] | None = None
+    # source sentences to try the model on: the card's `widget` (the Hub's inference widget, and the page's examples)
+    examples: list[str] | None = None
 
     def rows(self, section: str) -> list[tuple[dataclasses.Field, Any]]:
         """(field, value) of the set fields of one section ("score" or "training"), in declaration order."""
@@ -163,6 +165,7 @@ def render_model_card(
         metrics=["bleu", "chrf"],
         model_name=model_name,
         eval_results=eval_results or None,
+        widget=[{"text": text} for text in results.examples] if results.examples else None,
     )
 
     learned = config.position_embedding_type == "learned"

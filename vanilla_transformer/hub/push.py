@@ -192,6 +192,11 @@ def add_push_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
     parser.add_argument("--token", help="Hugging Face token; default HF_TOKEN or the stored login")
     parser.add_argument("--commit-message", help="message of the commit")
     parser.add_argument("--dry-run", action="store_true", help="check the folder and list the files; send nothing")
+    parser.add_argument(
+        "--space",
+        metavar="SPACE_ID",
+        help="also write and push a Gradio Space (USER/NAME) that serves the page for the pushed model (.[serve])",
+    )
     parser.set_defaults(func=run_push)
     return parser
 
@@ -213,7 +218,35 @@ def run_push(args: argparse.Namespace) -> int:
         commit_message=args.commit_message,
     )
     print(url)
+    if args.space:
+        print(push_space(args.repo_id, args.space, private=args.private, token=args.token))
     return 0
+
+
+def push_space(model_repo_id: str, space_id: str, *, private: bool = False, token: str | None = None) -> str:
+    """Write the Space that serves the page for `model_repo_id` and push it to the Space repo `space_id`; returns
+    the commit's URL."""
+    import tempfile
+
+    from ..serve import import_gradio
+    from ..serve.space import write_space
+
+    import_gradio()  # the Space is written with the installed Gradio's version
+    if not HUB_ID.fullmatch(space_id):
+        raise ValueError(f"--space {space_id!r} is not a Hub repo id (USER/NAME)")
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = write_space(model_repo_id, Path(scratch) / "space")
+        try:
+            api.create_repo(space_id, private=private, exist_ok=True, repo_type="space", space_sdk="gradio")
+        except _CONNECTION_ERRORS as error:
+            raise HubUnreachableError(
+                f"push to {space_id}", f"check the network ({type(error).__name__}: {error})"
+            ) from error
+        info = api.upload_folder(
+            repo_id=space_id, folder_path=str(folder), repo_type="space", commit_message="The vanilla-transformer page"
+        )
+    return str(info.commit_url if hasattr(info, "commit_url") else info)
 
 
 __all__ = [
@@ -222,5 +255,6 @@ __all__ = [
     "files_to_push",
     "missing_model_files",
     "push_folder",
+    "push_space",
     "run_push",
 ]

@@ -61,6 +61,7 @@ from .output_folder import (
     clear_earlier_run,
     push_output_folder,
     save_model_folder,
+    validation_examples,
     write_results_and_card,
 )
 from .schedule import build_scheduler
@@ -640,7 +641,8 @@ class TrainingRun:
                 machine=f"{platform.machine()}, {torch.get_num_threads()} threads, {self.accelerator.device}",
             )
             try:
-                write_results_and_card(plain, results, self.output_dir, self.data_args, self.args)
+                examples = validation_examples(self.corpus.validation, self.data_args.source_lang)
+                write_results_and_card(plain, results, self.output_dir, self.data_args, self.args, examples)
             except Exception as error:
                 failures.append(("writing results.json and the model card", error))
             if self.args.push_to_hub:

@@ -45,7 +45,9 @@ def save_model_folder(model, tokenizer, folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def card_results(model, results: dict, data_args: DataArguments, args: TrainArguments) -> ModelCardResults:
+def card_results(
+    model, results: dict, data_args: DataArguments, args: TrainArguments, examples: list[str] | None = None
+) -> ModelCardResults:
     """The card's record of a run: the test split's scores (the validation split's without a test split)."""
     scored = "test" if results.get("test") else "validation"
     scores = results.get(scored) or {}
@@ -83,6 +85,7 @@ def card_results(model, results: dict, data_args: DataArguments, args: TrainArgu
             for name, scores in (results.get("evaluation_sets") or {}).items()
         ]
         or None,
+        examples=examples,
     )
 
 
@@ -99,11 +102,25 @@ def trained_parts(args: TrainArguments) -> str:
 
 
 def write_results_and_card(
-    model, results: dict, output_dir: Path, data_args: DataArguments, args: TrainArguments
+    model,
+    results: dict,
+    output_dir: Path,
+    data_args: DataArguments,
+    args: TrainArguments,
+    examples: list[str] | None = None,
 ) -> None:
-    """results.json and README.md (the model card) beside the model folder."""
+    """results.json and README.md (the model card, with `examples` to try) beside the model folder."""
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    save_model_card(output_dir, card_results(model, results, data_args, args), model.config, repo_id=args.hub_repo_id)
+    card = card_results(model, results, data_args, args, examples)
+    save_model_card(output_dir, card, model.config, repo_id=args.hub_repo_id)
+
+
+def validation_examples(validation, source_lang: str, count: int = 3) -> list[str]:
+    """The first source sentences of the validation split: what the card offers to try the model on."""
+    if validation is None or source_lang not in validation.column_names:
+        return []
+    sentences = validation.select(range(min(len(validation), 20)))[source_lang]
+    return [sentence for sentence in sentences if sentence.strip()][:count]
 
 
 def push_output_folder(output_dir: Path, args: TrainArguments) -> None:

@@ -18,10 +18,7 @@ from .positions import (
     LENGTH,
     MAX_DISTANCE,
     THETA,
-    alibi_bias_plot,
-    learned_position_plot,
-    positional_encoding_plots,
-    rotary_distance_plot,
+    position_plot,
 )
 from .rendering import token_labels
 
@@ -153,23 +150,20 @@ def _run_attention(args: argparse.Namespace) -> int:
 
 def _run_positions(args: argparse.Namespace) -> int:
     model = _load_model(args.model) if args.model else None
-    config = model.config if model is not None else None
-    kind = args.kind or (config.position_embedding_type if config is not None else "sinusoidal")
-    if kind == "learned":
-        if model is None:
-            raise ValueError("--kind learned draws the table of a model: pass --model FOLDER")
-        result = learned_position_plot(model, args.output, max_positions=args.max_positions)
-    elif kind == "rope":
-        head_dim = args.head_dim or (config.d_model // config.encoder_attention_heads if config else HEAD_DIM)
-        theta = args.theta or (float(config.rope_parameters["rope_theta"]) if config else THETA)
-        result = rotary_distance_plot(args.output, head_dim=head_dim, theta=theta, max_distance=args.max_distance)
-    elif kind == "alibi":
-        heads = args.heads or (config.decoder_attention_heads if config else ALIBI_HEADS)
-        result = alibi_bias_plot(args.output, heads=heads, max_distance=args.max_distance)
-    else:
-        d_model = args.d_model or (config.d_model if config else D_MODEL)
-        result = positional_encoding_plots(args.output, d_model=d_model, length=args.length, dims=args.dims)
-    return _wrote(result)
+    kind = args.kind or (model.config.position_embedding_type if model is not None else "sinusoidal")
+    if kind == "learned" and model is None:
+        raise ValueError("--kind learned draws the table of a model: pass --model FOLDER")
+    options = dict(
+        d_model=args.d_model,
+        length=args.length,
+        dims=args.dims,
+        max_positions=args.max_positions,
+        head_dim=args.head_dim,
+        theta=args.theta,
+        heads=args.heads,
+        max_distance=args.max_distance,
+    )
+    return _wrote(position_plot(kind, model, args.output, **options))
 
 
 def _run_masks(args: argparse.Namespace) -> int:

@@ -230,3 +230,39 @@ def alibi_bias_plot(
     title = f"ALiBi linear biases, {heads} heads"
     figure, axes, path = render([penalties, weights], title, output_path, ncols=1)
     return AlibiPlot(figure, axes, path, distances, biases, attention)
+
+
+def position_plot(
+    kind: str,
+    model,
+    output_path: str | Path | None,
+    *,
+    d_model: int | None = None,
+    length: int = LENGTH,
+    dims: Sequence[int] | None = None,
+    max_positions: int | None = None,
+    head_dim: int | None = None,
+    theta: float | None = None,
+    heads: int | None = None,
+    max_distance: int | None = None,
+) -> Plot:
+    """The picture of a kind of positions (sinusoidal, learned, rope, alibi), with `model`'s own sizes where a value
+    is not given (`model` may be None but for "learned", whose table is the model's)."""
+    config = model.config if model is not None else None
+    distance = {} if max_distance is None else {"max_distance": max_distance}
+    if kind == "learned":
+        return learned_position_plot(model, output_path, max_positions=max_positions)
+    if kind == "rope":
+        head_dim = head_dim or (config.d_model // config.encoder_attention_heads if config else HEAD_DIM)
+        theta = theta or (float(config.rope_parameters["rope_theta"]) if config else THETA)
+        return rotary_distance_plot(output_path, head_dim=head_dim, theta=theta, **distance)
+    if kind == "alibi":
+        heads = heads or (config.decoder_attention_heads if config else ALIBI_HEADS)
+        return alibi_bias_plot(output_path, heads=heads, **distance)
+    d_model = d_model or (config.d_model if config else D_MODEL)
+    return positional_encoding_plots(output_path, d_model=d_model, length=length, dims=dims)
+
+
+def model_position_plot(model, output_path: str | Path | None) -> Plot:
+    """The positions `model` uses, at its sizes."""
+    return position_plot(model.config.position_embedding_type, model, output_path)

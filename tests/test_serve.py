@@ -1,0 +1,365 @@
+"""`vanilla-transformer serve`: the service (batching, limits, token probabilities), the page's API through
+gradio_client, bad input that never takes the service down, a model that fails to load, the Space folder run as an
+app, and the page in a real browser (headless Chromium driven by Selenium)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import train_number_translator
+
+from vanilla_transformer.cli import main
+from vanilla_transformer.demo.number_words import demo_splits
+from vanilla_transformer.serve.service import Limits, RequestError, Settings, TranslationService
+from vanilla_transformer.tokenization import train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SPLITS = demo_splits(train_size=2000, test_size=5, seed=0, max_value=9999)
+SENTENCE = "seven hundred forty-two thousand three hundred fifty-one"
+QUEUE_SIZE = 4  # the served page's queue
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> Path:
+    """A small model trained to translate the numbers demo's English into German, with a card with examples."""
+    tokenizer = train_tokenizer([sentence for pair in SPLITS["train"] for sentence in pair], vocab_size=400)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        folder = train_number_translator(tmp_path_factory.mktemp("model"), tokenizer, SPLITS["train"], source_side=0)
+    finally:
+        torch.set_num_threads(threads)
+    (folder / "README.md").write_text("---\nwidget:\n- text: forty-two\n- text: one hundred\n---\n# a test model\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def service(model_folder) -> TranslationService:
+    return TranslationService(model_folder, Limits(max_words=50, max_beams=6, max_batch_size=8))
+
+
+def test_requests_that_arrive_together_are_one_generate_call_per_setting(service, monkeypatch):
+    calls = []
+    generate = service.model.generate
+    monkeypatch.setattr(service.model, "generate", lambda **kw: calls.append(len(kw["input_ids"])) or generate(**kw))
+    texts = ["forty-two", "", "one hundred", "seven", "   ", "nine thousand"]
+    settings = [
+        Settings("greedy"),
+        Settings(),
+        Settings("greedy"),
+        Settings("beam", 3),
+        Settings(),
+        Settings("beam", 3),
+    ]
+    results = service.translate_batch(texts, settings)
+    assert sorted(calls) == [2, 2]  # greedy: two sentences, beam 3: two; the blank ones never reach the model
+    assert [result.text for result in results][1] == "" and results[4].text == ""
+    alone = [service.translate_batch([text], [setting])[0] for text, setting in zip(texts, settings, strict=True)]
+    assert [r.text for r in results] == [r.text for r in alone]  # a batch changes no translation
+    for result in (results[0], results[3]):
+        assert result.tokens[-1] == "</s>" and len(result.tokens) == len(result.probabilities)
+        assert all(0 < p <= 1 for p in result.probabilities)
+    # greedy's probabilities are those of a teacher-forced pass over the translation
+    model, tokenizer = service.model, service.tokenizer
+    generated = tokenizer.convert_tokens_to_ids(results[0].tokens)
+    decoder_input_ids = torch.tensor([[model.config.decoder_start_token_id, *generated[:-1]]])
+    with torch.no_grad():
+        logits = model(input_ids=tokenizer([texts[0]], return_tensors="pt")["input_ids"],
+                       decoder_input_ids=decoder_input_ids).logits[0]  # fmt: skip
+    expected = logits.softmax(-1)[torch.arange(len(generated)), generated]
+    torch.testing.assert_close(torch.tensor(results[0].probabilities), expected, rtol=1e-4, atol=1e-6)
+    sampled = [service.translate_batch(["forty-two"], [Settings("sampling", seed=3)])[0].text for _ in range(2)]
+    assert sampled[0] == sampled[1]  # the same request, the same sample
+
+
+def test_a_ctranslate2_export_is_served_with_its_tokens_probabilities(model_folder, tmp_path):
+    pytest.importorskip("ctranslate2", reason='the CTranslate2 engine is optional: pip install ".[ct2]"')
+    from vanilla_transformer.export import export_ctranslate2
+
+    exported = TranslationService(export_ctranslate2(model_folder, tmp_path / "ct2"))
+    assert list(exported.engines) == ["ctranslate2"] and exported.model is None
+    (result,) = exported.translate_batch([SENTENCE], [Settings("greedy", engine="ctranslate2")])
+    (ours,) = TranslationService(model_folder).translate_batch([SENTENCE], [Settings("greedy")])
+    assert result.tokens == ours.tokens  # the export translates as the model does, cut at the same length
+    torch.testing.assert_close(result.probabilities, ours.probabilities, rtol=1e-3, atol=1e-5)
+    with pytest.raises(RequestError, match="sampling is served with the PyTorch engines"):
+        exported.translate_batch([SENTENCE], [Settings("sampling", engine="ctranslate2")])
+
+
+@pytest.mark.parametrize(
+    "text, settings, named",
+    [
+        ("word " * 10_000, Settings(), "the text has 10,000 words; this service translates at most 50"),
+        ("forty-two", Settings("beam", 0), "num_beams=0 is outside 1 to 6"),
+        ("forty-two", Settings("beam", 1000), "num_beams=1000 is outside 1 to 6"),
+        ("forty-two", Settings(engine="ctranslate2"), "engine 'ctranslate2' is not served here"),
+        ("forty-two", Settings("sampling", temperature=0), "sampling takes 0 < temperature"),
+        ("forty-two", Settings("nucleus"), "decoding 'nucleus' is not one of"),
+    ],
+)
+def test_a_request_beyond_the_limits_is_refused_naming_the_limit(service, text, settings, named):
+    with pytest.raises(RequestError, match=named):
+        service.translate_batch([text], [settings])
+
+
+def test_text_of_any_kind_is_translated_as_text(service):
+    odd = ["🙂🙂 שלום עולם مرحبا بالعالم", "<script>alert(1)</script>", "a\tb\nc", "\u200b", "x" * 400]
+    results = service.translate_batch(odd, [Settings("greedy")] * len(odd))
+    assert all(isinstance(result.text, str) for result in results)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(service):
+    """The page of `service`, listening on 127.0.0.1, and a gradio_client on it."""
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from gradio_client import Client
+
+    from vanilla_transformer.serve.server import start_server
+
+    port = free_port()
+    page = start_server(service, ["forty-two"], "test", "127.0.0.1", port, queue_size=QUEUE_SIZE, block=False)
+    yield page, Client(f"http://127.0.0.1:{port}/", verbose=False), port
+    page.close()
+
+
+def translate_call(client, text, decoding="greedy", beams=2):
+    return client.predict(text, decoding, beams, 1.0, 50, 1.0, "pytorch", api_name="/translate")
+
+
+def test_the_api_translates_with_token_probabilities_and_draws_the_attention(served, service):
+    _, client, _ = served
+    text, tokens = translate_call(client, SENTENCE, "beam", 3)
+    assert text == service.translate_batch([SENTENCE], [Settings("beam", 3)])[0].text
+    expected = service.translate_batch([SENTENCE], [Settings("beam", 3)])[0]
+    assert [entry["token"] for entry in tokens] == expected.tokens
+    assert [entry["class_or_confidence"] for entry in tokens] == [f"{p:.0%}" for p in expected.probabilities]
+    pictures = client.predict(SENTENCE, text, "encoder", "1", "2", api_name="/inspect")
+    assert len(pictures) == 5 and all(picture["type"] == "matplotlib" for picture in pictures)
+
+
+def test_bad_input_through_the_api_gets_an_answer_and_the_service_stays_up(served):
+    from gradio_client.exceptions import AppError
+
+    _, client, _ = served
+    assert translate_call(client, "")[0] == "" and translate_call(client, "    ")[0] == ""
+    assert "at most 50" in translate_call(client, "word " * 10_000)[0]  # the cap named in the answer
+    assert isinstance(translate_call(client, "🙂 שלום مرحبا")[0], str)
+    assert isinstance(translate_call(client, "<b>x</b><script>alert(1)</script>")[0], str)
+    for beams in (0, 1000):  # the control's own limits refuse them
+        with pytest.raises(AppError, match="(less|greater) than (minimum|maximum) value"):
+            translate_call(client, "forty-two", "beam", beams)
+    assert translate_call(client, "forty-two")[0] is not None  # still serving
+
+
+def json_call(port: int, body, method: str = "post"):
+    import httpx
+
+    response = httpx.request(method.upper(), f"http://127.0.0.1:{port}/api/translate", json=body, timeout=120)
+    return response.status_code, response.json()
+
+
+def test_the_json_api_translates_as_the_service_does_and_refuses_bad_requests_naming_why(served, service):
+    _, _, port = served
+    status, answer = json_call(port, {"text": SENTENCE, "decoding": "beam", "num_beams": 3})
+    expected = service.translate_batch([SENTENCE], [Settings("beam", 3)])[0]
+    assert status == 200 and answer["translation"] == expected.text and answer["tokens"] == expected.tokens
+    assert answer["probabilities"] == pytest.approx(expected.probabilities)
+    assert json_call(port, {"text": "   "}) == (200, {"translation": "", "tokens": [], "probabilities": []})
+    refused = [
+        ({"text": "word " * 10_000}, "the text has 10,000 words; this service translates at most 50"),
+        ({"text": "forty-two", "decoding": "beam", "num_beams": 1000}, "num_beams=1000 is outside 1 to 6"),
+        ({"text": "forty-two", "num_beams": "four"}, "num_beams='four' must be a int"),
+        ({"text": "forty-two", "engine": "tensorrt"}, "engine 'tensorrt' is not served here"),
+        ({"text": "forty-two", "beams": 4}, "a request is a JSON object with a string 'text' and of"),
+        ({"decoding": "greedy"}, "a request is a JSON object with a string 'text'"),
+    ]
+    for body, named in refused:
+        status, answer = json_call(port, body)
+        assert status == 422 and answer["error"].startswith(named), (body, answer)
+    assert json_call(port, ["forty-two"])[0] == 422  # not an object
+    assert json_call(port, {"text": "forty-two"})[0] == 200  # still serving
+
+
+def test_requests_that_wait_together_are_translated_together_from_both_apis(served, service):
+    from gradio_client import Client
+
+    _, _, port = served
+    answers = []
+    clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(2)]
+    calls = [lambda: json_call(port, {"text": SENTENCE})[1]["translation"]] * 3 + [
+        lambda client=client: translate_call(client, SENTENCE)[0] for client in clients
+    ]
+    threads = [threading.Thread(target=lambda call=call: answers.append(call())) for call in calls]
+    service.batch_sizes.clear()
+    with service.lock:  # the model is busy: the five requests wait
+        for thread in threads:
+            thread.start()
+        time.sleep(3)
+    for thread in threads:
+        thread.join()
+    expected = service.translate_batch([SENTENCE], [Settings("greedy")])[0].text
+    assert answers == [expected] * 5 and sum(service.batch_sizes[:-1]) == 5
+    assert max(service.batch_sizes[:-1]) > 1  # those that waited went through one call
+
+
+def test_a_full_queue_answers_busy_at_once_and_every_waiting_request_is_translated(served, service):
+    from gradio_client.exceptions import AppError
+
+    _, client, port = served
+    statuses = []
+    threads = [
+        threading.Thread(target=lambda: statuses.append(json_call(port, {"text": SENTENCE})[0])) for _ in range(30)
+    ]
+    with service.lock:  # the model is busy: the worker holds a batch, the queue fills, the rest hear "busy"
+        for thread in threads:
+            thread.start()
+        refused_while_busy = 30 - service.limits.max_batch_size - QUEUE_SIZE
+        deadline = time.time() + 120
+        while statuses.count(503) < refused_while_busy and time.time() < deadline:
+            time.sleep(0.05)
+        assert statuses.count(503) >= refused_while_busy and 200 not in statuses
+        with pytest.raises(AppError, match=f"busy: {QUEUE_SIZE} requests are waiting; try again"):
+            translate_call(client, "forty-two")  # the page's API says the same
+    for thread in threads:
+        thread.join()
+    assert set(statuses) == {200, 503} and len(statuses) == 30  # the waiting ones were translated, none lost
+    assert json_call(port, {"text": "forty-two"})[0] == 200
+
+
+def test_without_gradio_and_with_a_model_that_does_not_load_the_command_says_so_in_one_line(
+    model_folder, tmp_path, capsys, monkeypatch
+):
+    broken = tmp_path / "broken"
+    shutil.copytree(model_folder, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    pytest.importorskip("gradio")
+    assert main(["serve", "--model", str(broken), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.safetensors is corrupt or truncated" in err
+    monkeypatch.setitem(sys.modules, "gradio", None)  # as if it were not installed
+    assert main(["serve", "--model", str(model_folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and 'pip install "vanilla-transformer[serve]"' in err
+
+
+def test_the_space_folder_runs_the_page_for_the_model(model_folder, service, tmp_path):
+    pytest.importorskip("gradio")
+    from gradio_client import Client
+
+    assert main(["space", "--model", str(model_folder), "--output", str(tmp_path / "space")]) == 0
+    space = tmp_path / "space"
+    card = (space / "README.md").read_text()
+    assert "sdk: gradio" in card and "app_file: app.py" in card and f"- {model_folder}" in card
+    assert "gradio" in (space / "requirements.txt").read_text() and (space / "vanilla_transformer").is_dir()
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONPATH": ""}
+    output = subprocess.PIPE
+    app = subprocess.Popen([sys.executable, "app.py"], cwd=space, env=env, stdout=output, stderr=output, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            try:
+                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                assert app.poll() is None, app.communicate()[1][-3000:]
+                time.sleep(1)
+        text, tokens = translate_call(client, "forty-two")
+        expected = service.translate_batch(["forty-two"], [Settings("greedy")])[0]
+        assert text == expected.text and [entry["token"] for entry in tokens] == expected.tokens
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+
+
+def browser():
+    """Headless Chromium through Selenium with the system's chromedriver, or a skip saying what is missing."""
+    pytest.importorskip("selenium", reason='the browser test needs selenium (".[dev]")')
+    for program in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+        if not Path(program).exists():
+            pytest.skip(f"{program} is missing: apt-get install chromium chromium-driver (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,2300", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"):  # fmt: skip
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def test_the_page_in_a_browser(served, service, tmp_path):
+    """As a person uses it: type a sentence, press Translate, wait for the translation and the alignment, pick
+    another head; what was typed is shown as text, never run; a screenshot."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, _, port = served
+    driver = browser()
+    try:
+        driver.get(f"http://127.0.0.1:{port}/")
+        wait = WebDriverWait(driver, 120)
+        box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#text textarea"))
+        box.send_keys("<script>window.injected = 1</script>")
+        driver.find_element(By.ID, "translate-button").click()
+        wait.until(lambda d: "%" in d.find_element(By.ID, "tokens").text)  # the answer is there
+        assert driver.execute_script("return window.injected") is None
+        assert box.get_attribute("value") == "<script>window.injected = 1</script>"
+
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(SENTENCE)
+        driver.find_element(By.ID, "translate-button").click()
+
+        def translated(d) -> bool:
+            shown = d.find_element(By.CSS_SELECTOR, "#translation textarea").get_attribute("value")
+            return (
+                bool(shown) and not shown.startswith("⚠") and bool(d.find_elements(By.CSS_SELECTOR, "#alignment img"))
+            )
+
+        wait.until(translated)
+        shown = driver.find_element(By.CSS_SELECTOR, "#translation textarea").get_attribute("value")
+        assert shown == service.translate_batch([SENTENCE], [Settings("beam", 4)])[0].text  # the page's default
+        tokens = driver.find_element(By.ID, "tokens").text
+        assert "%" in tokens and "</s>" in tokens
+        big = lambda d: d.find_element(By.CSS_SELECTOR, "#one-head img").get_attribute("src")  # noqa: E731
+        wait.until(big)
+        before = big(driver)
+        driver.find_element(By.CSS_SELECTOR, "#head input").click()
+        option = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '#head [role=option][aria-label="2"]'))
+        option[0].click()
+        wait.until(lambda d: big(d) != before)  # the large head is now head 2
+        screenshot = Path(os.environ.get("VANILLA_TRANSFORMER_SCREENSHOT", tmp_path / "serve.png"))
+        driver.save_screenshot(str(screenshot))
+        assert screenshot.stat().st_size > 10_000
+    finally:
+        driver.quit()
+
+
+def test_the_load_benchmark_prints_a_row_for_each_api_and_number_of_clients(model_folder):
+    pytest.importorskip("gradio")
+    command = [sys.executable, "-m", "benchmarks.serve", "--model", str(model_folder), "--clients", "1", "3",
+               "--requests", "2", "--baseline-sentences", "3", "--words", "6"]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "x |" in line]
+    apis = ["| Gradio (/gradio_api/run/translate)", "| JSON (/api/translate)"]
+    counts = [("1", "2", "0"), ("3", "6", "0")]  # clients, requests, failed
+    assert [tuple(row[:4]) for row in rows] == [(api, *count) for api in apis for count in counts]
+    assert all(float(row[4]) > 0 and float(row[7]) >= 1 for row in rows)
+    assert "one sentence at a time, translate() in one process:" in completed.stdout

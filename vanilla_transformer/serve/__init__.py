@@ -1,0 +1,133 @@
+"""A page to translate and look inside a model, and its HTTP API (`vanilla-transformer serve`, a Hub Space)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .batching import QUEUE_SIZE
+from .service import Limits
+
+
+def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "serve",
+        help="a page (and its HTTP API) to translate with a model and see its attention, positions and masks",
+        description="Serve a model folder, Hub id or CTranslate2 export on a Gradio page, with Gradio's HTTP API. "
+        "Listens on 127.0.0.1 unless --host says otherwise; no public link unless --share.",
+    )
+    parser.add_argument("--model", required=True, help="a model folder, a Hub repo id, or a CTranslate2 export")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    parser.add_argument("--int8", action="store_true", help="also offer the model with int8 linear layers")
+    parser.add_argument("--max-words", type=int, default=Limits.max_words, help="longest text a request may send")
+    parser.add_argument("--max-beams", type=int, default=Limits.max_beams)
+    parser.add_argument(
+        "--max-batch-size", type=int, default=Limits.max_batch_size, help="requests translated in one generate() call"
+    )
+    parser.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=Limits.max_wait_ms,
+        help="how long a request waits for others to share its generate() call",
+    )
+    parser.add_argument(
+        "--queue-size", type=int, default=QUEUE_SIZE, help="requests waiting at most; one more is answered busy"
+    )
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
+    )
+    parser.set_defaults(func=run_serve)
+    return parser
+
+
+def import_gradio():
+    from ..export.ctranslate2_spec import MissingExtraError
+
+    try:
+        import gradio
+    except ImportError as error:
+        raise MissingExtraError(
+            'the page needs gradio, which is not installed: pip install "vanilla-transformer[serve]"'
+        ) from error
+    return gradio
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    for name in ("max_words", "max_beams", "max_batch_size", "port", "queue_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
+    if not 0 <= args.max_wait_ms <= 10_000:
+        raise ValueError(f"--max-wait-ms={args.max_wait_ms} must be between 0 and 10000")
+    limits = Limits(
+        max_words=args.max_words,
+        max_beams=args.max_beams,
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+    )
+    serve_model(
+        args.model, args.host, args.port, args.share, limits, args.int8, args.trust_remote_code, args.queue_size
+    )
+    return 0
+
+
+def serve_model(
+    model: str,
+    host: str | None = None,
+    port: int | None = None,
+    share: bool = False,
+    limits: Limits | None = None,
+    int8: bool = False,
+    trust_remote_code: bool = False,
+    queue_size: int = QUEUE_SIZE,
+) -> None:
+    """Load `model` and serve its page until interrupted. `host`/`port` None: Gradio's GRADIO_SERVER_NAME and
+    GRADIO_SERVER_PORT (a Space sets them), else 127.0.0.1:7860."""
+    import_gradio()
+    from .server import start_server
+    from .service import TranslationService
+
+    # the model first: a folder that does not load stops here, in one line, before any page is started
+    service = TranslationService(model, limits, trust_remote_code=trust_remote_code)
+    if int8 and service.model is not None:
+        service.add_int8()
+    start_server(service, model_examples(model), f"vanilla-transformer: {model}", host, port, share, queue_size)
+
+
+def add_space_subcommand(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "space",
+        help="write a Hugging Face Space (Gradio) that serves the page for a model from the Hub",
+        description="Write app.py, requirements.txt, the Space card and a copy of this package into OUTPUT; "
+        "`python OUTPUT/app.py` runs it here (MODEL=FOLDER runs it on a local folder). "
+        "`vanilla-transformer push FOLDER --repo-id ID --space SPACE_ID` writes and pushes one.",
+    )
+    parser.add_argument("--model", required=True, help="the model's Hub repo id (or a local folder, to try it)")
+    parser.add_argument("--output", required=True, type=Path, help="a new or empty folder for the Space")
+    parser.add_argument("--title", help="the Space's title (default: from the model's name)")
+    parser.set_defaults(func=run_space)
+    return parser
+
+
+def run_space(args: argparse.Namespace) -> int:
+    import_gradio()
+    from .space import write_space
+
+    output = write_space(args.model, args.output, args.title)
+    print(f"wrote the Space for {args.model} into {output} (python {output / 'app.py'} runs it here)")
+    return 0
+
+
+def model_examples(model: str, count: int = 3) -> list[str]:
+    """The example sentences the model's card lists (its `widget` entries), if any."""
+    from huggingface_hub import ModelCard
+
+    # a folder's own card, else the Hub's (ModelCard.load takes a card file or a repo id, not a folder)
+    card_file = Path(model) / "README.md"
+    try:
+        card = ModelCard.load(card_file if Path(model).is_dir() else model)
+    except Exception:  # noqa: BLE001 - a folder without a card, or an unreachable Hub: no examples
+        return []
+    widget = card.data.to_dict().get("widget") or []
+    return [entry["text"] for entry in widget if isinstance(entry, dict) and entry.get("text")][:count]

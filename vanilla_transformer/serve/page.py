@@ -1,0 +1,127 @@
+"""The page: a Gradio Blocks app over a `TranslationService`.
+
+Tab "Translate": a text box and a Translate button; greedy, beam or sampling with their settings; the engine; the
+translation with each new token's probability; and, for the translation shown, the cross-attention alignment and the
+encoder and decoder self-attention with a layer and head picker (all heads as small multiples, one head large).
+Tab "Positions and masks": the model's positions and the masks of the sentence. The examples under the box come from
+the model card or the model's validation set.
+
+Two API endpoints, Gradio's own (usable with `gradio_client`, or a plain POST to /gradio_api/run/translate):
+`/translate` (text and settings in, the translation and its tokens' probabilities out), batched by `Batcher`: the
+requests waiting when the model is free are translated together, up to the service's batch size and wait limit; and
+`/inspect` (the pictures). The queues are bounded: a request that finds one full is answered "busy, try again" at
+once.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from .batching import Batcher, Busy
+from .inspection import STACK_NAMES, alignment_figure, attentions, heads_figure, masks_figure, positions_figure
+from .service import DECODINGS, ENGINES, RequestError, Settings, TranslationService
+
+
+def build_page(service: TranslationService, batcher: Batcher, examples: list[str], title: str, queue_size: int):
+    limits = service.limits
+    model = service.model
+    engines = [(ENGINES[name], name) for name in service.engines]
+
+    def sizes(stack: str) -> tuple[int, int]:
+        """(layers, heads) of a stack's attention: the encoder's, or the decoder's (self and cross)."""
+        if model is None:
+            return 0, 0
+        config = model.config
+        if stack == "encoder":
+            return config.encoder_layers, config.encoder_attention_heads
+        return config.decoder_layers, config.decoder_attention_heads
+
+    def numbered(count: int) -> list[str]:
+        return [str(i) for i in range(count)]
+
+    drawn = {}
+
+    def positions():
+        """The model's positions: the same for every sentence, drawn once."""
+        if "positions" not in drawn:
+            drawn["positions"] = positions_figure(model)
+        return drawn["positions"]
+
+    def translate(text, decoding, num_beams, temperature, top_k, top_p, engine):
+        """One request; the batcher translates it with the others waiting beside it."""
+        settings = Settings(decoding, int(num_beams), float(temperature), int(top_k), float(top_p), engine)
+        try:
+            translation = batcher.translate(text, settings)
+        except RequestError as error:  # answered, with the limit it broke
+            return f"⚠ {error}", []
+        except Busy as error:
+            raise gr.Error(str(error)) from None
+        pairs = zip(translation.tokens, translation.probabilities, strict=True)
+        return translation.text, [(token, f"{p:.0%}") for token, p in pairs]
+
+    def inspect(text, translation, stack, layer, head):
+        if model is None or not text.strip() or translation.startswith("⚠"):
+            return None, None, None, None, None
+        tokenizer = service.tokenizer
+        source = tokenizer(text, truncation=True, max_length=limits.max_input_tokens)["input_ids"]
+        generated = tokenizer(text_target=translation)["input_ids"]
+        weights = attentions(model, tokenizer, source, generated)
+        layers, heads = sizes(stack)
+        layer, head = min(int(layer or 0), layers - 1), min(int(head or 0), heads - 1)
+        return (
+            alignment_figure(weights),
+            heads_figure(weights, stack, layer),
+            heads_figure(weights, stack, layer, head),
+            positions(),
+            masks_figure(weights, model.config.sliding_window),
+        )
+
+    with gr.Blocks(title=title) as page:
+        gr.Markdown(f"# {title}")
+        with gr.Tab("Translate"):
+            text = gr.Textbox(label="Text", lines=3, max_length=limits.max_words * 30, elem_id="text")
+            if examples:
+                gr.Examples(examples=[[example] for example in examples], inputs=[text])
+            with gr.Row():
+                decoding = gr.Radio(list(DECODINGS), value="beam", label="Decoding")
+                num_beams = gr.Slider(1, limits.max_beams, value=min(4, limits.max_beams), step=1, label="Beams")
+                engine = gr.Radio(engines, value=engines[0][1], label="Engine")
+            with gr.Accordion("Sampling", open=False):
+                temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature")
+                top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k (0: all)")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+            button = gr.Button("Translate", variant="primary", elem_id="translate-button")
+            translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
+            probabilities = gr.HighlightedText(label="Each new token and its probability", elem_id="tokens")
+            alignment = gr.Plot(label="Cross-attention alignment", elem_id="alignment")
+            with gr.Row():
+                stack = gr.Dropdown(
+                    [(name, key) for key, name in STACK_NAMES.items()], value="cross", label="Attention"
+                )
+                layer = gr.Dropdown(numbered(sizes("cross")[0]), value="0", label="Layer", elem_id="layer")
+                head = gr.Dropdown(numbered(sizes("cross")[1]), value="0", label="Head (large)", elem_id="head")
+            all_heads = gr.Plot(label="All heads of the layer", elem_id="all-heads")
+            one_head = gr.Plot(label="One head", elem_id="one-head")
+        with gr.Tab("Positions and masks"):
+            positions_plot = gr.Plot(label="The model's positions")
+            masks_plot = gr.Plot(label="Masks of the sentence")
+
+        inputs = [text, decoding, num_beams, temperature, top_k, top_p, engine]
+        pictures = [alignment, all_heads, one_head, positions_plot, masks_plot]
+        picked = [text, translation, stack, layer, head]
+        # not through Gradio's queue (whose every request costs tens of milliseconds of the CPU the model needs):
+        # the batcher is this endpoint's bounded queue
+        button.click(translate, inputs, [translation, probabilities], api_name="translate", queue=False).then(
+            inspect, picked, pictures, api_name="inspect"
+        )
+
+        def pickers(stack: str):
+            layers, heads = sizes(stack)
+            return gr.Dropdown(choices=numbered(layers), value="0"), gr.Dropdown(choices=numbered(heads), value="0")
+
+        stack.change(pickers, stack, [layer, head], api_visibility="private")
+        for control in (stack, layer, head):
+            control.change(inspect, picked, pictures, api_visibility="private")
+        gr.api(service.stats, api_name="stats", queue=False)  # requests served and the mean batch size
+    page.queue(max_size=queue_size, default_concurrency_limit=1)
+    return page

@@ -1,0 +1,232 @@
+"""The translation service behind the page and its API: a model loaded once (PyTorch float32, its int8 twin, or a
+CTranslate2 export), every request checked against the service's limits before it reaches the model, and the
+requests that arrive together translated in one generate() call per setting, each new token with its probability.
+
+A request's text is never interpreted: it goes to the tokenizer and comes back as text.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..inference.translate import _length_batches, _truncate
+from ..lexical_shortlist import SHORTLIST_FILE
+
+DECODINGS = ("greedy", "beam", "sampling")
+ENGINES = {"pytorch": "PyTorch float32", "int8": "PyTorch int8", "ctranslate2": "CTranslate2"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; beyond it the answer says which limit and what was asked."""
+
+    max_words: int = 200
+    max_input_tokens: int = 256
+    max_new_tokens: int = 256
+    max_beams: int = 8
+    max_batch_size: int = 16  # requests translated in one generate() call
+    max_wait_ms: float = 5.0  # how long a lone request waits for others to share its generate() call
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to translate: the decoding and its knobs, and the engine."""
+
+    decoding: str = "greedy"
+    num_beams: int = 4
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 1.0
+    engine: str = "pytorch"
+    seed: int = 0
+
+    def generation_keywords(self) -> dict:
+        if self.decoding == "sampling":
+            return dict(do_sample=True, num_beams=1, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+        return dict(do_sample=False, num_beams=self.num_beams if self.decoding == "beam" else 1)
+
+
+@dataclass
+class Translation:
+    text: str
+    tokens: list[str] = field(
+        default_factory=list
+    )  # each new token (end of sentence included), as the tokenizer has it
+    probabilities: list[float] = field(default_factory=list)  # of each token, under the decoding's distribution
+    input_tokens: int = 0
+
+
+class RequestError(ValueError):
+    """A request outside the service's limits or its engines: the message says what and the limit."""
+
+
+class TranslationService:
+    """One model folder (or CTranslate2 export) and the engines it can run, serving `translate_batch`."""
+
+    def __init__(self, folder: str | Path, limits: Limits | None = None, trust_remote_code: bool = False):
+        from ..inference.ctranslate2_engine import load_ctranslate2
+        from ..inference.translate import load_for_translation
+
+        self.folder, self.limits = str(folder), limits or Limits()
+        self.engines: dict[str, object] = {}
+        self.lock = threading.Lock()  # one generate() at a time: the model is not re-entrant
+        self.batch_sizes: list[int] = []  # requests translated together, one entry per translate_batch call
+        if (Path(self.folder) / "model.bin").is_file():  # an export: CTranslate2 is the only engine
+            self.engines["ctranslate2"], self.tokenizer = load_ctranslate2(self.folder, "cpu")
+            self.model = None
+        else:
+            self.model, self.tokenizer = load_for_translation(
+                self.folder, device="cpu", trust_remote_code=trust_remote_code
+            )
+            self.engines["pytorch"] = self.model
+        self.shortlist = (Path(self.folder) / SHORTLIST_FILE).is_file()
+        # one length limit for every request, whatever else shares its batch, so that a batch changes no translation
+        self.max_new_tokens = min(self.limits.max_new_tokens, _configured_max_new_tokens(self.folder, self.model))
+
+    def add_int8(self) -> None:
+        """The int8 twin of the PyTorch model (torch's dynamic quantization), as a second engine."""
+        import copy
+
+        from ..inference.quantization import quantize_linear_layers
+
+        self.engines["int8"] = quantize_linear_layers(copy.deepcopy(self.model).eval())
+
+    def stats(self) -> dict:
+        """Requests served so far and how many came together on average."""
+        sizes = self.batch_sizes
+        return {"requests": sum(sizes), "batches": len(sizes), "mean_batch_size": sum(sizes) / max(len(sizes), 1)}
+
+    def check(self, text: str, settings: Settings) -> None:
+        """Refuse what the service does not take, naming the limit; an empty text is no error (its answer is
+        empty)."""
+        limits = self.limits
+        if not isinstance(text, str):
+            raise RequestError(f"the text must be a string, not {type(text).__name__}")
+        words = len(text.split())
+        if words > limits.max_words:
+            raise RequestError(f"the text has {words:,} words; this service translates at most {limits.max_words:,}")
+        if settings.engine not in self.engines:
+            raise RequestError(f"engine {settings.engine!r} is not served here: {', '.join(self.engines)}")
+        if settings.decoding not in DECODINGS:
+            raise RequestError(f"decoding {settings.decoding!r} is not one of {', '.join(DECODINGS)}")
+        if settings.decoding == "beam" and not 1 <= settings.num_beams <= limits.max_beams:
+            raise RequestError(f"num_beams={settings.num_beams} is outside 1 to {limits.max_beams}")
+        if settings.decoding == "sampling":
+            if settings.engine == "ctranslate2":
+                raise RequestError("sampling is served with the PyTorch engines")
+            if not (0 < settings.temperature <= 10 and 0 < settings.top_p <= 1 and 0 <= settings.top_k <= 10_000):
+                raise RequestError("sampling takes 0 < temperature <= 10, 0 < top_p <= 1 and 0 <= top_k <= 10000")
+
+    def translate_batch(self, texts: list[str], settings: list[Settings]) -> list[Translation]:
+        """Translate requests that arrived together: one generate() call per distinct setting, sentences sorted by
+        length; each request checked first (a refused one raises, naming the limit)."""
+        for text, setting in zip(texts, settings, strict=True):
+            self.check(text, setting)
+        self.batch_sizes.append(len(texts))
+        results: list[Translation | None] = [None] * len(texts)
+        groups: dict[Settings, list[int]] = {}
+        for index, (text, setting) in enumerate(zip(texts, settings, strict=True)):
+            if text.strip():
+                groups.setdefault(setting, []).append(index)
+            else:
+                results[index] = Translation("")
+        for setting, indices in groups.items():
+            for index, translation in zip(indices, self._translate(setting, [texts[i] for i in indices]), strict=True):
+                results[index] = translation
+        return results  # type: ignore[return-value]
+
+    def _translate(self, settings: Settings, texts: list[str]) -> list[Translation]:
+        tokenizer, limits = self.tokenizer, self.limits
+        encoded = tokenizer(texts)["input_ids"]
+        ids = {i: _truncate(row, limits.max_input_tokens, tokenizer.eos_token_id) for i, row in enumerate(encoded)}
+        translations: list[Translation | None] = [None] * len(texts)
+        engine = self.engines[settings.engine]
+        with self.lock:
+            for batch in _length_batches(list(ids), ids, limits.max_batch_size, split_on_length=False):
+                rows = [ids[i] for i in batch]
+                if settings.engine == "ctranslate2":
+                    done = self._ctranslate2(engine, rows, settings)
+                else:
+                    done = self._generate(engine, rows, settings)
+                for index, translation in zip(batch, done, strict=True):
+                    translation.input_tokens = len(encoded[index])
+                    translations[index] = translation
+        return translations  # type: ignore[return-value]
+
+    def _generate(self, model, rows: list[list[int]], settings: Settings) -> list[Translation]:
+        tokenizer = self.tokenizer
+        inputs = tokenizer.pad({"input_ids": rows}, return_tensors="pt")
+        keywords = settings.generation_keywords()
+        torch.manual_seed(settings.seed)  # a sampled translation is the same for the same request
+        with torch.inference_mode():
+            output = model.generate(
+                **inputs,
+                **keywords,
+                max_new_tokens=self.max_new_tokens,
+                output_scores=True,
+                return_dict_in_generate=True,
+                **({"use_shortlist": True} if self.shortlist else {}),
+            )
+            beams = getattr(output, "beam_indices", None) if keywords["num_beams"] > 1 else None
+            # beam search's scores are log-probabilities already; greedy's and sampling's are the processed logits
+            logs = model.compute_transition_scores(
+                output.sequences, output.scores, beams, normalize_logits=beams is None
+            )
+        pairs = zip(output.sequences, logs, strict=True)
+        return [self._translation(sequence[1:], log_probs) for sequence, log_probs in pairs]
+
+    def _translation(self, generated: torch.Tensor, log_probs: torch.Tensor) -> Translation:
+        tokenizer, pad = self.tokenizer, self.tokenizer.pad_token_id
+        keep = [i for i, token in enumerate(generated.tolist()) if token != pad]
+        ids = [int(generated[i]) for i in keep]
+        tokens = tokenizer.convert_ids_to_tokens(ids)
+        probabilities = [math.exp(float(log_probs[i])) for i in keep]
+        text = tokenizer.decode(ids, skip_special_tokens=True).strip()
+        return Translation(text, tokens, probabilities)
+
+    def _ctranslate2(self, model, rows: list[list[int]], settings: Settings) -> list[Translation]:
+        tokenizer, translator = self.tokenizer, model.translator
+        source = [model.source_tokens(row) for row in rows]
+        results = translator.translate_batch(
+            source,
+            beam_size=settings.generation_keywords()["num_beams"],
+            max_decoding_length=self.max_new_tokens,
+            max_input_length=0,
+            min_decoding_length=0,
+            use_vmap=self.shortlist and (Path(self.folder) / "vmap.txt").is_file(),
+        )
+        hypotheses = [result.hypotheses[0] for result in results]
+        # the probability of each token of the chosen translation, end of sentence included (a forced pass)
+        scored = translator.score_batch(source, hypotheses)
+        done = []
+        for tokens, score in zip(hypotheses, scored, strict=True):
+            ids = model.target_ids(tokens)
+            text = tokenizer.decode(ids, skip_special_tokens=True).strip()
+            # the score of the end of sentence comes last; a translation cut at the length limit never chose it
+            ended = len(tokens) < self.max_new_tokens
+            chosen = [*tokens, tokenizer.eos_token] if ended else list(tokens)
+            done.append(Translation(text, chosen, [math.exp(p) for p in score.log_probs[: len(chosen)]]))
+        return done
+
+
+def _configured_max_new_tokens(folder: str, model) -> int:
+    """The model's generation config's max_new_tokens (that of the export's folder for CTranslate2), or no limit
+    of its own; a decoder with learned positions stops at its table's end."""
+    from transformers import GenerationConfig
+
+    if model is not None:
+        generation_config, config = model.generation_config, model.config
+    else:
+        try:
+            generation_config, config = GenerationConfig.from_pretrained(folder), None
+        except OSError:  # an export without a generation config
+            generation_config, config = GenerationConfig(), None
+    limit = generation_config.max_new_tokens or math.inf
+    if config is not None and getattr(config, "position_embedding_type", None) == "learned":
+        limit = min(limit, config.max_position_embeddings)
+    return limit
