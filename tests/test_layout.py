@@ -26,6 +26,7 @@ SUBPACKAGES = {
     "shortlist",
     "hub",
     "visualization",
+    "serve",
     "demo",
     "export",
     "convert",
