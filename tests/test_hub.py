@@ -171,6 +171,27 @@ def test_push_command(trained, hub_calls, capsys):
     assert set(capsys.readouterr().out.split()) == MODEL_FILES and hub_calls == {}
 
 
+def test_push_with_a_space_pushes_the_model_then_a_gradio_space_that_serves_it(trained, hub_calls, capsys):
+    pytest.importorskip("gradio", reason='a Space is written with ".[serve]"')
+    parser = argparse.ArgumentParser()
+    add_push_subcommand(parser.add_subparsers())
+    args = parser.parse_args(["push", str(trained[0]), "--repo-id", "me/tiny", "--space", "me/tiny-demo"])
+    args.token = "hf_cli"
+    assert args.func(args) == 0
+    assert capsys.readouterr().out.split()[0] == "https://huggingface.co/me/tiny/commit/abc123"
+    assert hub_calls["create_repo"] == {"repo_id": "me/tiny-demo", "token": "hf_cli", "private": False,
+                                        "exist_ok": True, "repo_type": "space", "space_sdk": "gradio"}  # fmt: skip
+    files = hub_calls["files"]
+    assert {"app.py", "requirements.txt", "README.md", "vanilla_transformer/serve/page.py"} <= set(files)
+    assert b"'me/tiny'" in files["app.py"] and b"- me/tiny\n" in files["README.md"]
+
+    hub_calls.clear()
+    args = parser.parse_args(["push", str(trained[0]), "--repo-id", "me/tiny", "--space", "not a repo"])
+    with pytest.raises(ValueError, match="--space 'not a repo' is not a Hub repo id"):
+        args.func(args)
+    assert hub_calls == {}  # refused before the model was pushed
+
+
 def test_an_incomplete_folder_is_refused_before_any_network_call(trained, tmp_path, hub_calls):
     folder = tmp_path / "incomplete"
     shutil.copytree(trained[0], folder)

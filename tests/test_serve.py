@@ -93,6 +93,17 @@ def test_a_ctranslate2_export_is_served_with_its_tokens_probabilities(model_fold
         exported.translate_batch([SENTENCE], [Settings("sampling", engine="ctranslate2")])
 
 
+def test_the_int8_engine_translates_as_translate_quantize_int8_does(model_folder):
+    from vanilla_transformer.inference import load_for_translation, translate
+
+    service = TranslationService(model_folder)
+    service.add_int8()
+    assert list(service.engines) == ["pytorch", "int8"]
+    (result,) = service.translate_batch([SENTENCE], [Settings("beam", 3, engine="int8")])
+    model, tokenizer = load_for_translation(model_folder, device="cpu", quantize="int8")
+    assert result.text == translate(model, tokenizer, [SENTENCE], num_beams=3)[0]
+
+
 @pytest.mark.parametrize(
     "text, settings, named",
     [

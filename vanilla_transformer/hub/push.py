@@ -202,6 +202,8 @@ def add_push_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 
 def run_push(args: argparse.Namespace) -> int:
+    if args.space:  # before the model is pushed: a Space that cannot be written is refused first
+        check_space_id(args.space)
     if args.dry_run:
         missing = missing_model_files(args.folder) if args.folder.is_dir() else [f"the folder {args.folder}"]
         if missing:
@@ -223,17 +225,23 @@ def run_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_space_id(space_id: str) -> None:
+    """A Space repo id, and the gradio it is written with (the Space pins the installed version)."""
+    from ..serve import import_gradio
+
+    if not HUB_ID.fullmatch(space_id):
+        raise ValueError(f"--space {space_id!r} is not a Hub repo id (USER/NAME)")
+    import_gradio()
+
+
 def push_space(model_repo_id: str, space_id: str, *, private: bool = False, token: str | None = None) -> str:
     """Write the Space that serves the page for `model_repo_id` and push it to the Space repo `space_id`; returns
     the commit's URL."""
     import tempfile
 
-    from ..serve import import_gradio
     from ..serve.space import write_space
 
-    import_gradio()  # the Space is written with the installed Gradio's version
-    if not HUB_ID.fullmatch(space_id):
-        raise ValueError(f"--space {space_id!r} is not a Hub repo id (USER/NAME)")
+    check_space_id(space_id)
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory() as scratch:
         folder = write_space(model_repo_id, Path(scratch) / "space")
@@ -243,10 +251,13 @@ def push_space(model_repo_id: str, space_id: str, *, private: bool = False, toke
             raise HubUnreachableError(
                 f"push to {space_id}", f"check the network ({type(error).__name__}: {error})"
             ) from error
-        info = api.upload_folder(
-            repo_id=space_id, folder_path=str(folder), repo_type="space", commit_message="The vanilla-transformer page"
-        )
-    return str(info.commit_url if hasattr(info, "commit_url") else info)
+        operations = [
+            CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
+            for path in sorted(folder.rglob("*"))
+            if path.is_file()
+        ]
+        info = api.create_commit(space_id, operations, commit_message="The vanilla-transformer page", repo_type="space")
+    return str(info.commit_url)
 
 
 __all__ = [

@@ -20,7 +20,9 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
-    parser.add_argument("--int8", action="store_true", help="also offer the model with int8 linear layers")
+    parser.add_argument(
+        "--quantize", choices=["int8"], help="also offer the model with int8 linear layers (as translate --quantize)"
+    )
     parser.add_argument("--max-words", type=int, default=Limits.max_words, help="longest text a request may send")
     parser.add_argument("--max-beams", type=int, default=Limits.max_beams)
     parser.add_argument(
@@ -67,7 +69,14 @@ def run_serve(args: argparse.Namespace) -> int:
         max_wait_ms=args.max_wait_ms,
     )
     serve_model(
-        args.model, args.host, args.port, args.share, limits, args.int8, args.trust_remote_code, args.queue_size
+        args.model,
+        args.host,
+        args.port,
+        args.share,
+        limits,
+        args.quantize == "int8",
+        args.trust_remote_code,
+        args.queue_size,
     )
     return 0
 
