@@ -92,6 +92,23 @@ def test_a_ctranslate2_export_is_served_with_its_tokens_probabilities(model_fold
     with pytest.raises(RequestError, match="sampling is served with the PyTorch engines"):
         exported.translate_batch([SENTENCE], [Settings("sampling", engine="ctranslate2")])
 
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from gradio_client import Client
+
+    from vanilla_transformer.serve.server import start_server
+
+    port = free_port()
+    page = start_server(exported, [], "export", "127.0.0.1", port, block=False)
+    try:  # the page serves the export's translations; the pictures, which need the PyTorch model, are left out
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        assert translate_call(client, SENTENCE, engine="ctranslate2")[0] == result.text
+        assert set(client.view_api(print_info=False, return_format="dict")["named_endpoints"]) == {
+            "/translate",
+            "/stats",
+        }
+    finally:
+        page.close()
+
 
 def test_the_int8_engine_translates_as_translate_quantize_int8_does(model_folder):
     from vanilla_transformer.inference import load_for_translation, translate
@@ -146,8 +163,8 @@ def served(service):
     page.close()
 
 
-def translate_call(client, text, decoding="greedy", beams=2):
-    return client.predict(text, decoding, beams, 1.0, 50, 1.0, "pytorch", api_name="/translate")
+def translate_call(client, text, decoding="greedy", beams=2, engine="pytorch"):
+    return client.predict(text, decoding, beams, 1.0, 50, 1.0, engine, api_name="/translate")
 
 
 def test_the_api_translates_with_token_probabilities_and_draws_the_attention(served, service):

@@ -29,8 +29,6 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
 
     def sizes(stack: str) -> tuple[int, int]:
         """(layers, heads) of a stack's attention: the encoder's, or the decoder's (self and cross)."""
-        if model is None:
-            return 0, 0
         config = model.config
         if stack == "encoder":
             return config.encoder_layers, config.encoder_attention_heads
@@ -60,7 +58,7 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
         return translation.text, [(token, f"{p:.0%}") for token, p in pairs]
 
     def inspect(text, translation, stack, layer, head):
-        if model is None or not text.strip() or translation.startswith("⚠"):
+        if not text.strip() or translation.startswith("⚠"):
             return None, None, None, None, None
         tokenizer = service.tokenizer
         source = tokenizer(text, truncation=True, max_length=limits.max_input_tokens)["input_ids"]
@@ -93,35 +91,39 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
             button = gr.Button("Translate", variant="primary", elem_id="translate-button")
             translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
             probabilities = gr.HighlightedText(label="Each new token and its probability", elem_id="tokens")
-            alignment = gr.Plot(label="Cross-attention alignment", elem_id="alignment")
-            with gr.Row():
-                stack = gr.Dropdown(
-                    [(name, key) for key, name in STACK_NAMES.items()], value="cross", label="Attention"
-                )
-                layer = gr.Dropdown(numbered(sizes("cross")[0]), value="0", label="Layer", elem_id="layer")
-                head = gr.Dropdown(numbered(sizes("cross")[1]), value="0", label="Head (large)", elem_id="head")
-            all_heads = gr.Plot(label="All heads of the layer", elem_id="all-heads")
-            one_head = gr.Plot(label="One head", elem_id="one-head")
-        with gr.Tab("Positions and masks"):
-            positions_plot = gr.Plot(label="The model's positions")
-            masks_plot = gr.Plot(label="Masks of the sentence")
+            if model is not None:
+                alignment = gr.Plot(label="Cross-attention alignment", elem_id="alignment")
+                with gr.Row():
+                    stack = gr.Dropdown(
+                        [(name, key) for key, name in STACK_NAMES.items()], value="cross", label="Attention"
+                    )
+                    layer = gr.Dropdown(numbered(sizes("cross")[0]), value="0", label="Layer", elem_id="layer")
+                    head = gr.Dropdown(numbered(sizes("cross")[1]), value="0", label="Head (large)", elem_id="head")
+                all_heads = gr.Plot(label="All heads of the layer", elem_id="all-heads")
+                one_head = gr.Plot(label="One head", elem_id="one-head")
+            else:  # a CTranslate2 export: its weights are not a PyTorch model that returns attention
+                gr.Markdown("The pictures need the PyTorch model: serve the model folder, not its CTranslate2 export.")
+        if model is not None:
+            with gr.Tab("Positions and masks"):
+                positions_plot = gr.Plot(label="The model's positions")
+                masks_plot = gr.Plot(label="Masks of the sentence")
 
         inputs = [text, decoding, num_beams, temperature, top_k, top_p, engine]
-        pictures = [alignment, all_heads, one_head, positions_plot, masks_plot]
-        picked = [text, translation, stack, layer, head]
         # not through Gradio's queue (whose every request costs tens of milliseconds of the CPU the model needs):
         # the batcher is this endpoint's bounded queue
-        button.click(translate, inputs, [translation, probabilities], api_name="translate", queue=False).then(
-            inspect, picked, pictures, api_name="inspect"
-        )
+        translated = button.click(translate, inputs, [translation, probabilities], api_name="translate", queue=False)
+        if model is not None:
+            pictures = [alignment, all_heads, one_head, positions_plot, masks_plot]
+            picked = [text, translation, stack, layer, head]
+            translated.then(inspect, picked, pictures, api_name="inspect")
 
-        def pickers(stack: str):
-            layers, heads = sizes(stack)
-            return gr.Dropdown(choices=numbered(layers), value="0"), gr.Dropdown(choices=numbered(heads), value="0")
+            def pickers(stack: str):
+                layers, heads = sizes(stack)
+                return gr.Dropdown(choices=numbered(layers), value="0"), gr.Dropdown(choices=numbered(heads), value="0")
 
-        stack.change(pickers, stack, [layer, head], api_visibility="private")
-        for control in (stack, layer, head):
-            control.change(inspect, picked, pictures, api_visibility="private")
+            stack.change(pickers, stack, [layer, head], api_visibility="private")
+            for control in (stack, layer, head):
+                control.change(inspect, picked, pictures, api_visibility="private")
         gr.api(service.stats, api_name="stats", queue=False)  # requests served and the mean batch size
     page.queue(max_size=queue_size, default_concurrency_limit=1)
     return page
