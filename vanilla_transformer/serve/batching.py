@@ -6,6 +6,7 @@ is answered at once, "busy, try again", so the queue never grows without end.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -26,16 +27,21 @@ class Batcher:
         self.waiting: queue.Queue[tuple[str, Settings, Future]] = queue.Queue(maxsize=queue_size)
         threading.Thread(target=self._work, name="translation-batcher", daemon=True).start()
 
-    def translate(self, text: str, settings: Settings) -> Translation:
-        """Translate one request with whatever else is waiting; a refused request raises `RequestError`, a full
-        queue `Busy`."""
+    def submit(self, text: str, settings: Settings) -> Future:
+        """Queue one request; its future holds the translation. A refused request raises `RequestError`, a full
+        queue `Busy`, at once."""
         self.service.check(text, settings)  # refused before it takes a place in the queue
         done: Future = Future()
         try:
             self.waiting.put_nowait((text, settings, done))
         except queue.Full:
             raise Busy(f"busy: {self.waiting.maxsize} requests are waiting; try again in a moment") from None
-        return done.result()
+        return done
+
+    async def translate(self, text: str, settings: Settings) -> Translation:
+        """The translation of one request, awaited without holding a thread: the web server's worker threads are
+        few, and a request waiting for one would sit in an unbounded queue of the server's own."""
+        return await asyncio.wrap_future(self.submit(text, settings))
 
     def _work(self) -> None:
         while True:

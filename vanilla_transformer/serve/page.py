@@ -45,11 +45,11 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
             drawn["positions"] = positions_figure(model)
         return drawn["positions"]
 
-    def translate(text, decoding, num_beams, temperature, top_k, top_p, engine):
+    async def translate(text, decoding, num_beams, temperature, top_k, top_p, engine):
         """One request; the batcher translates it with the others waiting beside it."""
         settings = Settings(decoding, int(num_beams), float(temperature), int(top_k), float(top_p), engine)
         try:
-            translation = batcher.translate(text, settings)
+            translation = await batcher.translate(text, settings)
         except RequestError as error:  # answered, with the limit it broke
             return f"⚠ {error}", []
         except Busy as error:

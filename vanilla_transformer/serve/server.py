@@ -41,7 +41,7 @@ def start_server(
 
 
 def add_json_api(app, service: TranslationService, batcher: Batcher) -> None:
-    def translate(body: dict) -> JSONResponse:
+    async def translate(body: dict) -> JSONResponse:
         """{"text": ..., and any of Settings' fields} -> {"translation", "tokens", "probabilities"}; a refused request
         is 422 with the limit named, a full queue 503."""
         unknown = set(body) - SETTING_NAMES - {"text"}
@@ -57,7 +57,7 @@ def add_json_api(app, service: TranslationService, batcher: Batcher) -> None:
                 return JSONResponse({"error": f"{name}={value!r} must be a {kind.__name__}"}, 422)
             values[name] = value
         try:
-            translation = batcher.translate(values.pop("text"), Settings(**values))
+            translation = await batcher.translate(values.pop("text"), Settings(**values))
         except RequestError as error:
             return JSONResponse({"error": str(error)}, 422)
         except Busy as error:
