@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--max-batch-size", type=int, default=16, help="the service's --max-batch-size")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the service's --max-wait-ms")
+    parser.add_argument("--threads", type=int, help="the service's --threads (default: its own, every core but one)")
     parser.add_argument("--baseline-sentences", type=int, default=50, help="sentences of the one-at-a-time loop")
     return parser
 
@@ -66,6 +67,8 @@ def start_service(args, port: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "vanilla_transformer.cli", "serve", "--model", str(args.model), "--port",
                str(port), "--max-batch-size", str(args.max_batch_size),
                "--max-wait-ms", str(args.max_wait_ms)]  # fmt: skip
+    if args.threads:
+        command += ["--threads", str(args.threads)]
     service = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -180,10 +183,16 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         service.terminate()
         service.wait(timeout=60)
+    import torch
+
+    from vanilla_transformer.serve import default_threads
+
     decoding = "greedy" if args.decoding == "greedy" else f"beam {args.beams}"
     print(f"\n{command_line()}\n{machine_summary()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    threads = f"{args.threads or default_threads()} in the service, {torch.get_num_threads()} in the loop"
     print(f"model {args.model}; every request: a {args.words}-word sentence, {decoding}; service batches of at most "
-          f"{args.max_batch_size}, waiting {args.max_wait_ms:g} ms at most for a batch to fill\n")  # fmt: skip
+          f"{args.max_batch_size}, waiting {args.max_wait_ms:g} ms at most for a batch to fill; the model's torch "
+          f"threads: {threads}\n")  # fmt: skip
     print("| API | clients | requests | failed | requests/s | p50 latency (s) | p99 latency (s) | mean batch | "
           "vs one at a time |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

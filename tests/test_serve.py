@@ -290,6 +290,10 @@ def test_without_gradio_and_with_a_model_that_does_not_load_the_command_says_so_
     assert main(["serve", "--model", str(broken), "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.safetensors is corrupt or truncated" in err
+    for flag, value in (("--threads", "0"), ("--queue-size", "0"), ("--max-wait-ms", "-1")):
+        assert main(["serve", "--model", str(model_folder), flag, value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{flag}={float(value) if 'wait' in flag else value}" in err
     monkeypatch.setitem(sys.modules, "gradio", None)  # as if it were not installed
     assert main(["serve", "--model", str(model_folder)]) == 2
     err = capsys.readouterr().err

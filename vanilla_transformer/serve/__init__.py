@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from .batching import QUEUE_SIZE
@@ -38,6 +39,9 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
         "--queue-size", type=int, default=QUEUE_SIZE, help="requests waiting at most; one more is answered busy"
     )
     parser.add_argument(
+        "--threads", type=int, help="torch's threads for the model (default: every core but one, for the web server)"
+    )
+    parser.add_argument(
         "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
     )
     parser.set_defaults(func=run_serve)
@@ -57,8 +61,8 @@ def import_gradio():
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    for name in ("max_words", "max_beams", "max_batch_size", "port", "queue_size"):
-        if getattr(args, name) < 1:
+    for name in ("max_words", "max_beams", "max_batch_size", "port", "queue_size", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
     if not 0 <= args.max_wait_ms <= 10_000:
         raise ValueError(f"--max-wait-ms={args.max_wait_ms} must be between 0 and 10000")
@@ -77,6 +81,7 @@ def run_serve(args: argparse.Namespace) -> int:
         args.quantize == "int8",
         args.trust_remote_code,
         args.queue_size,
+        args.threads,
     )
     return 0
 
@@ -90,18 +95,31 @@ def serve_model(
     int8: bool = False,
     trust_remote_code: bool = False,
     queue_size: int = QUEUE_SIZE,
+    threads: int | None = None,
 ) -> None:
     """Load `model` and serve its page until interrupted. `host`/`port` None: Gradio's GRADIO_SERVER_NAME and
-    GRADIO_SERVER_PORT (a Space sets them), else 127.0.0.1:7860."""
+    GRADIO_SERVER_PORT (a Space sets them), else 127.0.0.1:7860. `threads`: torch's threads for the model, by
+    default every core but one."""
     import_gradio()
+    import torch
+
     from .server import start_server
     from .service import TranslationService
 
     # the model first: a folder that does not load stops here, in one line, before any page is started
     service = TranslationService(model, limits, trust_remote_code=trust_remote_code)
+    # the web server handles every request in Python beside the model: a core of its own serves more requests a
+    # second than a second thread of the model's products (docs/experiments/serve.md)
+    torch.set_num_threads(threads or default_threads())
     if int8 and service.model is not None:
         service.add_int8()
     start_server(service, model_examples(model), f"vanilla-transformer: {model}", host, port, share, queue_size)
+
+
+def default_threads() -> int:
+    """Every core this process may use but one, and at least one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 def add_space_subcommand(subparsers) -> argparse.ArgumentParser:
