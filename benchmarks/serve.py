@@ -17,6 +17,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -70,11 +71,14 @@ def start_service(args, port: int) -> subprocess.Popen:
                "--max-wait-ms", str(args.max_wait_ms)]  # fmt: skip
     if args.threads:
         command += ["--threads", str(args.threads)]
-    service = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # read only if it fails: a pipe nobody reads would fill and stall it
+    log_file = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - open while the service runs
+    service = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log_file, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
         if service.poll() is not None:
-            sys.exit(f"the service did not start:\n{service.stderr.read()[-3000:]}")
+            log_file.seek(0)
+            sys.exit(f"the service did not start:\n{log_file.read()[-3000:]}")
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).close()
             return service

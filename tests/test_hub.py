@@ -189,6 +189,9 @@ def test_push_with_a_space_pushes_the_model_then_a_gradio_space_that_serves_it(t
     args = parser.parse_args(["push", str(trained[0]), "--repo-id", "me/tiny", "--space", "not a repo"])
     with pytest.raises(ValueError, match="--space 'not a repo' is not a Hub repo id"):
         args.func(args)
+    args = parser.parse_args(["push", str(trained[0]), "--repo-id", "me/tiny", "--space", "me/d", "--create-pr"])
+    with pytest.raises(ValueError, match="--space serves the model's main branch"):
+        args.func(args)
     assert hub_calls == {}  # refused before the model was pushed
 
 

@@ -2,6 +2,7 @@
 gradio_client, bad input that never takes the service down, a model that fails to load, the Space folder run as an
 app, and the page in a real browser (headless Chromium driven by Selenium)."""
 
+import json
 import os
 import shutil
 import socket
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import train_number_translator
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.demo.number_words import demo_splits
-from vanilla_transformer.serve.service import Limits, RequestError, Settings, TranslationService
+from vanilla_transformer.serve.service import Limits, RequestError, Settings, Translation, TranslationService
 from vanilla_transformer.tokenization import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,7 +142,7 @@ def test_a_request_beyond_the_limits_is_refused_naming_the_limit(service, text, 
 def test_text_of_any_kind_is_translated_as_text(service):
     odd = ["🙂🙂 שלום עולם مرحبا بالعالم", "<script>alert(1)</script>", "a\tb\nc", "\u200b", "x" * 400]
     results = service.translate_batch(odd, [Settings("greedy")] * len(odd))
-    assert all(isinstance(result.text, str) for result in results)
+    assert all(result.tokens and len(result.tokens) == len(result.probabilities) for result in results)
 
 
 def free_port() -> int:
@@ -184,8 +186,9 @@ def test_bad_input_through_the_api_gets_an_answer_and_the_service_stays_up(serve
     _, client, _ = served
     assert translate_call(client, "")[0] == "" and translate_call(client, "    ")[0] == ""
     assert "at most 50" in translate_call(client, "word " * 10_000)[0]  # the cap named in the answer
-    assert isinstance(translate_call(client, "🙂 שלום مرحبا")[0], str)
-    assert isinstance(translate_call(client, "<b>x</b><script>alert(1)</script>")[0], str)
+    for odd in ("🙂 שלום مرحبا", "<b>x</b><script>alert(1)</script>"):
+        translation, tokens = translate_call(client, odd)
+        assert not translation.startswith("⚠") and tokens  # translated, as text
     for beams in (0, 1000):  # the control's own limits refuse them
         with pytest.raises(AppError, match="(less|greater) than (minimum|maximum) value"):
             translate_call(client, "forty-two", "beam", beams)
@@ -195,7 +198,10 @@ def test_bad_input_through_the_api_gets_an_answer_and_the_service_stays_up(serve
 def json_call(port: int, body, method: str = "post"):
     import httpx
 
-    response = httpx.request(method.upper(), f"http://127.0.0.1:{port}/api/translate", json=body, timeout=120)
+    url = f"http://127.0.0.1:{port}/api/translate"
+    content = json.dumps(body)  # ASCII: a lone surrogate travels as the escape JSON allows
+    headers = {"Content-Type": "application/json"}
+    response = httpx.request(method.upper(), url, content=content, headers=headers, timeout=120)
     return response.status_code, response.json()
 
 
@@ -213,6 +219,10 @@ def test_the_json_api_translates_as_the_service_does_and_refuses_bad_requests_na
         ({"text": "forty-two", "engine": "tensorrt"}, "engine 'tensorrt' is not served here"),
         ({"text": "forty-two", "beams": 4}, "a request is a JSON object with a string 'text' and of"),
         ({"decoding": "greedy"}, "a request is a JSON object with a string 'text'"),
+        ({"text": "x" * 100_000}, "the text has 100,000 characters; this service translates at most 1,500"),
+        ({"text": "forty-\ud800two"}, "the text is not valid Unicode at character 6"),
+        ({"text": "forty-two", "seed": 2**70}, f"seed={2**70} is outside 0 to 2**63 - 1"),
+        ({"text": "forty-two", "decoding": "sampling", "temperature": 10**400}, "temperature=1000"),
     ]
     for body, named in refused:
         status, answer = json_call(port, body)
@@ -241,6 +251,31 @@ def test_requests_that_wait_together_are_translated_together_from_both_apis(serv
     expected = service.translate_batch([SENTENCE], [Settings("greedy")])[0].text
     assert answers == [expected] * 5 and sum(service.batch_sizes[:-1]) == 5
     assert max(service.batch_sizes[:-1]) > 1  # those that waited went through one call
+
+
+def test_a_cancelled_request_is_skipped_and_a_failing_one_fails_alone(service, monkeypatch):
+    import asyncio
+
+    from vanilla_transformer.serve.batching import Batcher
+
+    batcher = Batcher(service, max_batch_size=8, max_wait_s=0.005, queue_size=8)
+    translate_batch = service.translate_batch
+
+    def failing_on_boom(texts, settings):
+        if "boom" in texts:
+            raise RuntimeError("boom")
+        return translate_batch(texts, settings)
+
+    monkeypatch.setattr(service, "translate_batch", failing_on_boom)
+    with service.lock:  # the worker waits: a caller gives up, another sends what fails
+        gone = batcher.submit(SENTENCE, Settings())
+        failing = batcher.submit("boom", Settings())
+        good = batcher.submit("forty-two", Settings())
+        assert gone.cancel()
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.result(timeout=60)
+    assert good.result(timeout=60).text == translate_batch(["forty-two"], [Settings()])[0].text
+    assert asyncio.run(batcher.translate("forty-two", Settings())).text  # the worker lives on
 
 
 def test_a_full_queue_answers_busy_at_once_and_every_waiting_request_is_translated(service):
@@ -304,10 +339,13 @@ def test_the_space_folder_runs_the_page_for_the_model(model_folder, service, tmp
     pytest.importorskip("gradio")
     from gradio_client import Client
 
-    assert main(["space", "--model", str(model_folder), "--output", str(tmp_path / "space")]) == 0
+    title = 'Numbers: en -> de, "tiny"'
+    assert main(["space", "--model", str(model_folder), "--output", str(tmp_path / "space"), "--title", title]) == 0
     space = tmp_path / "space"
     card = (space / "README.md").read_text()
-    assert "sdk: gradio" in card and "app_file: app.py" in card and f"- {model_folder}" in card
+    front_matter = yaml.safe_load(card.split("---")[1])
+    assert front_matter["title"] == title and front_matter["sdk"] == "gradio" and front_matter["app_file"] == "app.py"
+    assert front_matter["models"] == [str(model_folder)]
     assert "gradio" in (space / "requirements.txt").read_text() and (space / "vanilla_transformer").is_dir()
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONPATH": ""}
@@ -348,7 +386,7 @@ def browser():
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def test_the_page_in_a_browser(served, service, tmp_path):
+def test_the_page_in_a_browser(served, service, tmp_path, monkeypatch):
     """As a person uses it: type a sentence, press Translate, wait for the translation and the alignment, pick
     another head; what was typed is shown as text, never run; a screenshot."""
     from selenium.webdriver.common.by import By
@@ -362,8 +400,14 @@ def test_the_page_in_a_browser(served, service, tmp_path):
         wait = WebDriverWait(driver, 120)
         box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#text textarea"))
         box.send_keys("<script>window.injected = 1</script>")
-        driver.find_element(By.ID, "translate-button").click()
-        wait.until(lambda d: "%" in d.find_element(By.ID, "tokens").text)  # the answer is there
+        # an answer that is markup too: the page shows it, runs none of it
+        markup = "<img src=x onerror=window.injected=2>"
+        with monkeypatch.context() as patched:
+            patched.setattr(service, "translate_batch", lambda texts, _: [Translation(markup, [markup], [0.5])])
+            driver.find_element(By.ID, "translate-button").click()
+            wait.until(lambda d: "%" in d.find_element(By.ID, "tokens").text)  # the answer is there
+        shown = driver.find_element(By.CSS_SELECTOR, "#translation textarea").get_attribute("value")
+        assert shown == markup and markup in driver.find_element(By.ID, "tokens").text
         assert driver.execute_script("return window.injected") is None
         assert box.get_attribute("value") == "<script>window.injected = 1</script>"
 

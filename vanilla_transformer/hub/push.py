@@ -204,6 +204,8 @@ def add_push_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
 def run_push(args: argparse.Namespace) -> int:
     if args.space:  # before the model is pushed: a Space that cannot be written is refused first
         check_space_id(args.space)
+        if args.revision or args.create_pr:
+            raise ValueError("--space serves the model's main branch: push it without --revision and --create-pr")
     if args.dry_run:
         missing = missing_model_files(args.folder) if args.folder.is_dir() else [f"the folder {args.folder}"]
         if missing:

@@ -7,6 +7,7 @@ is answered at once, "busy, try again", so the queue never grows without end.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -14,6 +15,7 @@ from concurrent.futures import Future
 
 from .service import Settings, Translation, TranslationService
 
+logger = logging.getLogger(__name__)
 QUEUE_SIZE = 64  # requests waiting at most; one more is answered "busy, try again"
 
 
@@ -45,18 +47,31 @@ class Batcher:
 
     def _work(self) -> None:
         while True:
-            batch = [self.waiting.get()]
-            deadline = time.monotonic() + self.max_wait_s
-            while len(batch) < self.max_batch_size:
-                try:
-                    batch.append(self.waiting.get(timeout=max(deadline - time.monotonic(), 0)))
-                except queue.Empty:
-                    break
             try:
-                results = self.service.translate_batch([text for text, _, _ in batch], [s for _, s, _ in batch])
-            except Exception as error:  # noqa: BLE001 - every request of the batch hears of it; the worker goes on
-                for _, _, done in batch:
+                self._translate_one_batch()
+            except Exception:  # noqa: BLE001 - the worker must outlive anything, or every later request would wait
+                logger.exception("the translation worker's batch failed")
+
+    def _translate_one_batch(self) -> None:
+        batch = [self.waiting.get()]
+        deadline = time.monotonic() + self.max_wait_s
+        while len(batch) < self.max_batch_size:
+            try:
+                batch.append(self.waiting.get(timeout=max(deadline - time.monotonic(), 0)))
+            except queue.Empty:
+                break
+        # a request whose caller went away (a closed connection cancels its future) is not translated
+        batch = [request for request in batch if request[2].set_running_or_notify_cancel()]
+        if not batch:
+            return
+        try:
+            results = self.service.translate_batch([text for text, _, _ in batch], [s for _, s, _ in batch])
+        except Exception:  # noqa: BLE001 - one request may be what failed: each alone, so the others are answered
+            for text, settings, done in batch:
+                try:
+                    done.set_result(self.service.translate_batch([text], [settings])[0])
+                except Exception as error:  # noqa: BLE001 - told to its own request only
                     done.set_exception(error)
-                continue
-            for (_, _, done), result in zip(batch, results, strict=True):
-                done.set_result(result)
+            return
+        for (_, _, done), result in zip(batch, results, strict=True):
+            done.set_result(result)

@@ -61,9 +61,13 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
         if not text.strip() or translation.startswith("⚠"):
             return None, None, None, None, None
         tokenizer = service.tokenizer
-        source = tokenizer(text, truncation=True, max_length=limits.max_input_tokens)["input_ids"]
-        generated = tokenizer(text_target=translation)["input_ids"]
-        weights = attentions(model, tokenizer, source, generated)
+        # both sides come from the caller through /inspect: capped as the service caps its own
+        service.check(text, Settings())
+        source = tokenizer(text, truncation=True, max_length=service.max_input_tokens)["input_ids"]
+        limit = min(service.max_new_tokens, len(translation) + 2)  # one token a character at most, and the ends
+        generated = tokenizer(text_target=translation[: limits.max_characters], truncation=True, max_length=limit)
+        with service.lock:  # the model is shared with the batcher's generate(), and this switches its attention
+            weights = attentions(model, tokenizer, source, generated["input_ids"])
         layers, heads = sizes(stack)
         layer, head = min(int(layer or 0), layers - 1), min(int(head or 0), heads - 1)
         return (
@@ -77,7 +81,7 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
     with gr.Blocks(title=title) as page:
         gr.Markdown(f"# {title}")
         with gr.Tab("Translate"):
-            text = gr.Textbox(label="Text", lines=3, max_length=limits.max_words * 30, elem_id="text")
+            text = gr.Textbox(label="Text", lines=3, max_length=limits.max_characters, elem_id="text")
             if examples:
                 gr.Examples(examples=[[example] for example in examples], inputs=[text])
             with gr.Row():

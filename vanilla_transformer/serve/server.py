@@ -52,7 +52,10 @@ def add_json_api(app, service: TranslationService, batcher: Batcher) -> None:
         for name, value in body.items():
             kind = type(getattr(DEFAULTS, name, ""))
             if kind is float and type(value) is int:
-                value = float(value)
+                try:
+                    value = float(value)
+                except OverflowError:
+                    return JSONResponse({"error": f"{name}={value} is too large"}, 422)
             if type(value) is not kind:
                 return JSONResponse({"error": f"{name}={value!r} must be a {kind.__name__}"}, 422)
             values[name] = value

@@ -25,12 +25,16 @@ ENGINES = {"pytorch": "PyTorch float32", "int8": "PyTorch int8", "ctranslate2": 
 class Limits:
     """What one request may ask for; beyond it the answer says which limit and what was asked."""
 
-    max_words: int = 200
+    max_words: int = 200  # and 30 characters a word on average: a text of few, enormous "words" is refused too
     max_input_tokens: int = 256
     max_new_tokens: int = 256
     max_beams: int = 8
     max_batch_size: int = 16  # requests translated in one generate() call
     max_wait_ms: float = 5.0  # how long a lone request waits for others to share its generate() call
+
+    @property
+    def max_characters(self) -> int:
+        return self.max_words * 30
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class TranslationService:
         self.shortlist = (Path(self.folder) / SHORTLIST_FILE).is_file()
         # one length limit for every request, whatever else shares its batch, so that a batch changes no translation
         self.max_new_tokens = min(self.limits.max_new_tokens, _configured_max_new_tokens(self.folder, self.model))
+        self.max_input_tokens = min(self.limits.max_input_tokens, _learned_positions(self.model))
 
     def add_int8(self) -> None:
         """The int8 twin of the PyTorch model (torch's dynamic quantization), as a second engine."""
@@ -110,6 +115,16 @@ class TranslationService:
         words = len(text.split())
         if words > limits.max_words:
             raise RequestError(f"the text has {words:,} words; this service translates at most {limits.max_words:,}")
+        if len(text) > limits.max_characters:
+            raise RequestError(
+                f"the text has {len(text):,} characters; this service translates at most {limits.max_characters:,}"
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate, which JSON can carry and no tokenizer encodes
+            raise RequestError(f"the text is not valid Unicode at character {error.start}") from None
+        if not 0 <= settings.seed < 2**63:
+            raise RequestError(f"seed={settings.seed} is outside 0 to 2**63 - 1")
         if settings.engine not in self.engines:
             raise RequestError(f"engine {settings.engine!r} is not served here: {', '.join(self.engines)}")
         if settings.decoding not in DECODINGS:
@@ -129,13 +144,15 @@ class TranslationService:
             self.check(text, setting)
         self.batch_sizes.append(len(texts))
         results: list[Translation | None] = [None] * len(texts)
-        groups: dict[Settings, list[int]] = {}
+        groups: dict[tuple[Settings, int | None], list[int]] = {}
         for index, (text, setting) in enumerate(zip(texts, settings, strict=True)):
-            if text.strip():
-                groups.setdefault(setting, []).append(index)
-            else:
+            if not text.strip():
                 results[index] = Translation("")
-        for setting, indices in groups.items():
+            elif setting.decoding == "sampling":  # alone: its sample depends on its seed only, not on its batch
+                groups[(setting, index)] = [index]
+            else:
+                groups.setdefault((setting, None), []).append(index)
+        for (setting, _), indices in groups.items():
             for index, translation in zip(indices, self._translate(setting, [texts[i] for i in indices]), strict=True):
                 results[index] = translation
         return results  # type: ignore[return-value]
@@ -143,7 +160,7 @@ class TranslationService:
     def _translate(self, settings: Settings, texts: list[str]) -> list[Translation]:
         tokenizer, limits = self.tokenizer, self.limits
         encoded = tokenizer(texts)["input_ids"]
-        ids = {i: _truncate(row, limits.max_input_tokens, tokenizer.eos_token_id) for i, row in enumerate(encoded)}
+        ids = {i: _truncate(row, self.max_input_tokens, tokenizer.eos_token_id) for i, row in enumerate(encoded)}
         translations: list[Translation | None] = [None] * len(texts)
         engine = self.engines[settings.engine]
         with self.lock:
@@ -220,13 +237,18 @@ def _configured_max_new_tokens(folder: str, model) -> int:
     from transformers import GenerationConfig
 
     if model is not None:
-        generation_config, config = model.generation_config, model.config
+        generation_config = model.generation_config
     else:
         try:
-            generation_config, config = GenerationConfig.from_pretrained(folder), None
+            generation_config = GenerationConfig.from_pretrained(folder)
         except OSError:  # an export without a generation config
-            generation_config, config = GenerationConfig(), None
-    limit = generation_config.max_new_tokens or math.inf
-    if config is not None and getattr(config, "position_embedding_type", None) == "learned":
-        limit = min(limit, config.max_position_embeddings)
-    return limit
+            generation_config = GenerationConfig()
+    return min(generation_config.max_new_tokens or math.inf, _learned_positions(model))
+
+
+def _learned_positions(model) -> int | float:
+    """A learned position table's rows: no token beyond them has a position (no limit for the other kinds)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "position_embedding_type", None) == "learned":
+        return config.max_position_embeddings
+    return math.inf

@@ -9,6 +9,7 @@ card (its front matter names the model, the Gradio SDK and the app file), and a 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import shutil
 from pathlib import Path
@@ -24,7 +25,7 @@ serve_model(os.environ.get("MODEL", {model!r}))
 '''
 
 CARD = """---
-title: {title}
+title: {title_yaml}
 emoji: 🔤
 colorFrom: indigo
 colorTo: blue
@@ -72,6 +73,7 @@ def write_space(model: str, output: str | Path, title: str | None = None) -> Pat
     shutil.copytree(Path(vanilla_transformer.__file__).parent, output / "vanilla_transformer", ignore=_LEFT_OUT)
     (output / "app.py").write_text(APP.format(model=str(model)), encoding="utf-8")
     (output / "requirements.txt").write_text("\n".join(requirements()) + "\n", encoding="utf-8")
-    card = CARD.format(title=title, gradio_version=gradio.__version__, model=model)
+    # a JSON string is a YAML string: a title with a colon or a quote keeps the front matter valid
+    card = CARD.format(title=title, title_yaml=json.dumps(title), gradio_version=gradio.__version__, model=model)
     (output / "README.md").write_text(card, encoding="utf-8")
     return output
