@@ -14,16 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..visualization.attention import eager_attention
+from ..visualization.attention import STACK_NAMES, alignment_panel, eager_attention, head_panels
 from ..visualization.masks import mask_plots
 from ..visualization.positions import model_position_plot
-from ..visualization.rendering import Heatmap, render, token_labels
-
-STACK_NAMES = {
-    "cross": "cross-attention (decoder over source)",
-    "encoder": "encoder self-attention",
-    "decoder": "decoder masked self-attention",
-}
+from ..visualization.rendering import render, token_labels
 
 
 @dataclass
@@ -72,46 +66,17 @@ def attentions(model, tokenizer, source_ids: list[int], generated_ids: list[int]
     )
 
 
-def alignment_figure(weights: Attentions, layer: int | None = None, head: int | None = None):
-    """The cross-attention of each generated token over the source: one layer and head, or the mean."""
-    cross = weights.cross
-    chosen = cross.mean(axis=(0, 1)) if layer is None else cross[layer].mean(0) if head is None else cross[layer, head]
-    which = (
-        "mean of all layers and heads"
-        if layer is None
-        else f"layer {layer}" + (", mean of its heads" if head is None else f", head {head}")
-    )
-    panel = Heatmap(
-        chosen,
-        x_labels=weights.source_tokens,
-        y_labels=weights.generated_tokens,
-        x_title="source tokens",
-        y_title="generated tokens",
-        vmin=0.0,
-        colorbar="attention weight",
-    )
-    return render([panel], f"Cross-attention alignment ({which})", None, ncols=1)[0]
+def alignment_figure(weights: Attentions):
+    """The cross-attention of each generated token over the source, the mean of every layer and head."""
+    panel = alignment_panel(weights.cross.mean(axis=(0, 1)), weights.source_tokens, weights.generated_tokens)
+    return render([panel], "Cross-attention alignment (mean of all layers and heads)", None, ncols=1)[0]
 
 
 def heads_figure(weights: Attentions, stack: str, layer: int, head: int | None = None):
     """Every head of one layer of a stack as small multiples, or one head large."""
     maps = weights.stack(stack)[layer]
-    queries, keys = weights.axes(stack)
-    heads = range(maps.shape[0]) if head is None else [head]
-    panels = [
-        Heatmap(
-            maps[h],
-            title=f"head {h}",
-            x_labels=keys,
-            y_labels=queries,
-            x_title="key tokens",
-            y_title="query tokens",
-            vmin=0.0,
-            vmax=1.0,
-            colorbar="attention weight",
-        )  # fmt: skip
-        for h in heads
-    ]
+    heads = list(range(maps.shape[0])) if head is None else [head]
+    panels = head_panels(maps[heads], heads, *weights.axes(stack))
     title = f"{STACK_NAMES[stack].capitalize()}, layer {layer}" + ("" if head is None else f", head {head}")
     return render(panels, title, None, ncols=min(len(panels), 4), shared_colorbar=True)[0]
 

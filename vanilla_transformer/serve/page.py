@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import gradio as gr
 
+from ..visualization.attention import STACK_NAMES
 from .batching import Batcher, Busy
-from .inspection import STACK_NAMES, alignment_figure, attentions, heads_figure, masks_figure, positions_figure
+from .inspection import alignment_figure, attentions, heads_figure, masks_figure, positions_figure
 from .service import DECODINGS, ENGINES, RequestError, Settings, TranslationService
 
 

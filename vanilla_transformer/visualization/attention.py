@@ -18,6 +18,11 @@ import torch
 from .rendering import Heatmap, Plot, render, token_labels
 
 STACKS = ("encoder", "decoder", "cross")
+STACK_NAMES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder masked self-attention",
+    "cross": "cross-attention",
+}
 
 
 @dataclass
@@ -149,6 +154,38 @@ def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def alignment_panel(weights, source_tokens: list[str], target_tokens: list[str]) -> Heatmap:
+    """(generated, source) cross-attention weights as one heat map, generated tokens down, source tokens across."""
+    return Heatmap(
+        weights,
+        x_labels=source_tokens,
+        y_labels=target_tokens,
+        x_title="source tokens",
+        y_title="generated tokens",
+        vmin=0.0,
+        cmap="viridis",
+        colorbar="attention weight",
+    )
+
+
+def head_panels(weights, heads: list[int], query_tokens: list[str], key_tokens: list[str]) -> list[Heatmap]:
+    """One heat map per head: `weights[i]` is head `heads[i]`'s (query, key) map."""
+    return [
+        Heatmap(
+            weights[i],
+            title=f"head {h}",
+            x_labels=key_tokens,
+            y_labels=query_tokens,
+            x_title="key tokens",
+            y_title="query tokens",
+            vmin=0.0,
+            vmax=1.0,
+            colorbar="attention weight",
+        )
+        for i, h in enumerate(heads)
+    ]
+
+
 def cross_attention_alignment(
     model,
     tokenizer,
@@ -184,17 +221,7 @@ def cross_attention_alignment(
         f"Cross-attention alignment, {_describe(layer, head, layers, heads)}, {search}\n"
         f"{_short(text)!r} → {_short(translation)!r}"
     )
-    panel = Heatmap(
-        weights,
-        x_labels=source_tokens,
-        y_labels=target_tokens,
-        x_title="source tokens",
-        y_title="generated tokens",
-        vmin=0.0,
-        cmap="viridis",
-        colorbar="attention weight",
-    )
-    figure, axes, path = render([panel], title, output_path, ncols=1)
+    figure, axes, path = render([alignment_panel(weights, source_tokens, target_tokens)], title, output_path, ncols=1)
     return AlignmentPlot(figure, axes, path, weights, source_tokens, target_tokens, translation, layer, head)
 
 
@@ -259,23 +286,9 @@ def self_attention_heatmaps(
     target_tokens = token_labels(tokenizer, decoder_input_ids[0])
     query_tokens = source_tokens if stack == "encoder" else target_tokens
     key_tokens = target_tokens if stack == "decoder" else source_tokens
-    name = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
-    title = f"{name[stack].capitalize()}, layer {layer} of {len(per_layer)}\nsource: {_short(source_text)!r}"
+    title = f"{STACK_NAMES[stack].capitalize()}, layer {layer} of {len(per_layer)}\nsource: {_short(source_text)!r}"
     if stack != "encoder":
         title += f"\ndecoder input: {_short(tokenizer.decode(decoder_input_ids[0], skip_special_tokens=True))!r}"
-    panels = [
-        Heatmap(
-            weights[i],
-            title=f"head {h}",
-            x_labels=key_tokens,
-            y_labels=query_tokens,
-            x_title="key tokens",
-            y_title="query tokens",
-            vmin=0.0,
-            vmax=1.0,
-            colorbar="attention weight",
-        )
-        for i, h in enumerate(heads)
-    ]
+    panels = head_panels(weights, heads, query_tokens, key_tokens)
     figure, axes, path = render(panels, title, output_path, ncols=min(len(panels), 4), shared_colorbar=True)
     return AttentionPlot(figure, axes, path, weights, query_tokens, key_tokens, stack, layer, heads)
