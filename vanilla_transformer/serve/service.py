@@ -89,9 +89,13 @@ class TranslationService:
             )
             self.engines["pytorch"] = self.model
         self.shortlist = (Path(self.folder) / SHORTLIST_FILE).is_file()
+        self.vocabulary_map = self.shortlist and (Path(self.folder) / "vmap.txt").is_file()  # an export's shortlist
         # one length limit for every request, whatever else shares its batch, so that a batch changes no translation
-        self.max_new_tokens = min(self.limits.max_new_tokens, _configured_max_new_tokens(self.folder, self.model))
-        self.max_input_tokens = min(self.limits.max_input_tokens, _learned_positions(self.model))
+        engine = self.model if self.model is not None else self.engines["ctranslate2"]
+        positions = _learned_positions(engine.config)
+        configured = engine.generation_config.max_new_tokens or math.inf
+        self.max_new_tokens = min(self.limits.max_new_tokens, configured, positions)
+        self.max_input_tokens = min(self.limits.max_input_tokens, positions)
 
     def add_int8(self) -> None:
         """The int8 twin of the PyTorch model (torch's dynamic quantization), as a second engine."""
@@ -215,7 +219,7 @@ class TranslationService:
             max_decoding_length=self.max_new_tokens,
             max_input_length=0,
             min_decoding_length=0,
-            use_vmap=self.shortlist and (Path(self.folder) / "vmap.txt").is_file(),
+            use_vmap=self.vocabulary_map,
         )
         hypotheses = [result.hypotheses[0] for result in results]
         # the probability of each token of the chosen translation, end of sentence included (a forced pass)
@@ -231,24 +235,8 @@ class TranslationService:
         return done
 
 
-def _configured_max_new_tokens(folder: str, model) -> int:
-    """The model's generation config's max_new_tokens (that of the export's folder for CTranslate2), or no limit
-    of its own; a decoder with learned positions stops at its table's end."""
-    from transformers import GenerationConfig
-
-    if model is not None:
-        generation_config = model.generation_config
-    else:
-        try:
-            generation_config = GenerationConfig.from_pretrained(folder)
-        except OSError:  # an export without a generation config
-            generation_config = GenerationConfig()
-    return min(generation_config.max_new_tokens or math.inf, _learned_positions(model))
-
-
-def _learned_positions(model) -> int | float:
+def _learned_positions(config) -> int | float:
     """A learned position table's rows: no token beyond them has a position (no limit for the other kinds)."""
-    config = getattr(model, "config", None)
     if getattr(config, "position_embedding_type", None) == "learned":
         return config.max_position_embeddings
     return math.inf
