@@ -66,7 +66,7 @@ def data_arguments(args, dataset: Path, validation: str | None, test: str | None
 def child(argv: list[str]) -> None:
     """Build the shortlist of a prepared folder's training split for a model; print seconds and peak RSS as JSON."""
     model, dataset, candidates, frequent = argv[0], argv[1], int(argv[2]), int(argv[3])
-    from vanilla_transformer.inference.loading import load_config
+    from vanilla_transformer.common.model_folder import load_config
     from vanilla_transformer.lexical_shortlist import MIN_COUNT
     from vanilla_transformer.shortlist.build import build_shortlist
     from vanilla_transformer.training.corpus import load_prepared

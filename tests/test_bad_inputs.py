@@ -52,7 +52,9 @@ from vanilla_transformer import (
     VanillaTransformerModel,
 )
 from vanilla_transformer.cli import build_parser, main
-from vanilla_transformer.hub import connection, hub_reachable, push_folder
+from vanilla_transformer.common import hub_connection
+from vanilla_transformer.common.hub_connection import hub_reachable
+from vanilla_transformer.hub import push_folder
 from vanilla_transformer.hub.push import missing_model_files
 from vanilla_transformer.inference import CorruptFileError, load_for_translation, load_tokenizer
 from vanilla_transformer.tokenization import read_lines, train_tokenizer
@@ -350,7 +352,7 @@ def test_behind_a_proxy_the_hub_counts_as_reachable_unless_the_host_bypasses_it(
 def test_offline_mode_reads_the_cache_without_probing(cached_repo, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(connection, "hub_reachable", lambda: pytest.fail("probed the Hub in offline mode"))
+    monkeypatch.setattr(hub_connection, "hub_reachable", lambda: pytest.fail("probed the Hub in offline mode"))
     model, tokenizer = load_for_translation(cached_repo, device="cpu")
     assert model.config.vocab_size == len(tokenizer)
 

@@ -298,7 +298,7 @@ def test_a_hub_id_of_ours_starts_from_the_cache_when_offline(corpus_folder, base
 
 
 def _hub_answers() -> bool:
-    from vanilla_transformer.hub.connection import hub_reachable, offline_mode
+    from vanilla_transformer.common.hub_connection import hub_reachable, offline_mode
 
     return not offline_mode() and hub_reachable()
 

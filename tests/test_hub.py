@@ -13,6 +13,7 @@ from helpers import MODEL_CODE_FILES, run_without_our_package, tiny_config, tiny
 from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
 
 import vanilla_transformer.hub.push as hub
+from vanilla_transformer.cli import build_parser
 from vanilla_transformer.hub.model_card import ModelCardResults, save_model_card
 from vanilla_transformer.hub.push import IncompleteModelFolderError, add_push_subcommand, files_to_push, push_folder
 from vanilla_transformer.tokenization import train_tokenizer
@@ -173,8 +174,7 @@ def test_push_command(trained, hub_calls, capsys):
 
 def test_push_with_a_space_pushes_the_model_then_a_gradio_space_that_serves_it(trained, hub_calls, capsys):
     pytest.importorskip("gradio", reason='a Space is written with ".[serve]"')
-    parser = argparse.ArgumentParser()
-    add_push_subcommand(parser.add_subparsers())
+    parser = build_parser()  # push --space is where the command line joins the Hub's push and the page's Space
     args = parser.parse_args(["push", str(trained[0]), "--repo-id", "me/tiny", "--space", "me/tiny-demo"])
     args.token = "hf_cli"
     assert args.func(args) == 0

@@ -410,7 +410,7 @@ def test_a_model_that_is_not_marian_is_refused_by_its_model_type(tmp_path, capsy
 
 
 def _hub_answers() -> bool:
-    from vanilla_transformer.hub.connection import hub_reachable, offline_mode
+    from vanilla_transformer.common.hub_connection import hub_reachable, offline_mode
 
     return not offline_mode() and hub_reachable()
 

@@ -16,6 +16,7 @@ from helpers import (
     tiny_arguments,
     tiny_config,
     tiny_model,
+    tiny_train_flags,
 )
 
 from vanilla_transformer.cli import main
@@ -23,6 +24,7 @@ from vanilla_transformer.hub.push import files_to_push
 from vanilla_transformer.inference import load_for_translation, translate
 from vanilla_transformer.inference.quantization import quantize_linear_layers
 from vanilla_transformer.lexical_shortlist import SHORTLIST_FILE, LexicalShortlist, ShortlistError
+from vanilla_transformer.shortlist import ShortlistAfterTraining
 from vanilla_transformer.shortlist.build import build_shortlist
 from vanilla_transformer.tokenization import tokenizer_identity
 from vanilla_transformer.training import train
@@ -225,10 +227,24 @@ def test_the_builder_ranks_co_occurring_tokens_and_leaves_out_the_frequent_ones(
 
 @pytest.fixture(scope="module")
 def trained_with_shortlist(corpus_folder, tmp_path_factory):
-    """A tiny model trained a few steps by `train --shortlist`."""
+    """A tiny model trained a few steps with `shortlist=True` and the shortlist room's step, as `train --shortlist`
+    joins them."""
     output = tmp_path_factory.mktemp("run") / "out"
-    train(*tiny_arguments(corpus_folder, output, shortlist=True, shortlist_candidates=5, shortlist_frequent=10))
+    arguments = tiny_arguments(corpus_folder, output, shortlist=True, shortlist_candidates=5, shortlist_frequent=10)
+    train(*arguments, after_saving=[ShortlistAfterTraining()])
     return output
+
+
+def test_the_command_line_joins_the_shortlist_to_train_and_python_without_its_step_is_refused(corpus_folder, tmp_path):
+    output = tmp_path / "out"
+    flags = ["--shortlist", "--shortlist_candidates", "5", "--shortlist_frequent", "10"]
+    assert main(["train", *tiny_train_flags(corpus_folder), "--output_dir", str(output), *flags]) == 0
+    assert LexicalShortlist.load(output / SHORTLIST_FILE).candidates.shape[1] == 5
+    assert json.loads((output / "results.json").read_text())["shortlist"]["bytes"] > 0
+
+    with pytest.raises(ValueError, match="ShortlistAfterTraining"):
+        train(*tiny_arguments(corpus_folder, tmp_path / "refused", shortlist=True))
+    assert not (tmp_path / "refused").exists()  # refused before anything is written
 
 
 def test_train_writes_the_shortlist_of_its_corpus(trained_with_shortlist, corpus_folder):

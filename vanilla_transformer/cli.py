@@ -7,15 +7,16 @@ import sys
 import yaml
 from huggingface_hub.errors import StrictDataclassError
 
+from .common.extras import MissingExtraError
 from .convert import add_convert_subcommand
 from .corpus_translation import add_translate_corpus_subcommand, run_translate_corpus
 from .demo import add_demo_subcommand
 from .export import add_export_subcommand
-from .export.ctranslate2_spec import MissingExtraError
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
 from .serve import add_serve_subcommand, add_space_subcommand
-from .shortlist import add_shortlist_subcommand, run_shortlist
+from .serve.space import add_space_to_push
+from .shortlist import ShortlistAfterTraining, add_shortlist_subcommand, run_shortlist
 from .tokenization import add_tokenizer_subcommand
 from .training import RunEndedWithErrors, add_prepare_subcommand, add_train_subcommand, run_prepare, run_train
 from .training.arguments import OneLineErrors
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_translate_subcommand(subcommands)
     add_translate_corpus_subcommand(subcommands)
     add_shortlist_subcommand(subcommands)
-    add_push_subcommand(subcommands)
+    add_space_to_push(add_push_subcommand(subcommands))  # push --space: the model by hub, its Space by serve
     add_serve_subcommand(subcommands)
     add_space_subcommand(subcommands)
     add_export_subcommand(subcommands)
@@ -112,7 +113,8 @@ def one_line(error: BaseException) -> str:
 def run(argv: list[str]) -> int:
     if argv[:1] == ["train"]:
         # HfArgumentParser owns the train flags (and --config files); argparse would mangle them here
-        return run_train(argv[1:])
+        # the end of `train --shortlist` is the shortlist room's: the command line joins the two
+        return run_train(argv[1:], after_saving=[ShortlistAfterTraining()])
     if argv[:1] == ["prepare"]:
         return run_prepare(argv[1:])
     if argv[:1] == ["classify"]:

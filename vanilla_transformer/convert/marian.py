@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 
+from ..common.extras import MissingExtraError
+from ..common.model_folder import check_output_folder
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..export.ctranslate2_spec import MissingExtraError, check_output_folder
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
@@ -175,7 +176,7 @@ def source_license(source: str | Path) -> str | None:
     """The license of the source's model card (its README.md front matter), if it names one."""
     from huggingface_hub import ModelCard
 
-    from ..hub.connection import hub_reachable, offline_mode
+    from ..common.hub_connection import hub_reachable, offline_mode
 
     local = Path(source)
     try:
@@ -245,7 +246,7 @@ def marian_as_ours(
     What our config cannot express is refused, naming the Marian field and value, before any weight is read."""
     from transformers import MarianMTModel, MarianTokenizer
 
-    from ..inference.loading import load_config, load_model_folder, load_tokenizer
+    from ..common.model_folder import load_config, load_model_folder, load_tokenizer
 
     import_sentencepiece()
     marian_config = load_config(source)

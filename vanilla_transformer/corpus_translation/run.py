@@ -17,8 +17,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..common.model_folder import load_tokenizer
 from ..inference.ctranslate2_engine import load_ctranslate2
-from ..inference.loading import load_tokenizer
 from ..inference.translate import _translate, load_for_translation
 from ..tokenization import iter_lines
 from ..training.corpus import FileDigests, default_corpus_cache, read_split, split_source

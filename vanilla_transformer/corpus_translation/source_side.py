@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..hub.push import HUB_ID
+from ..common.model_folder import HUB_ID
 from ..tokenization import iter_lines
 from ..training.corpus import _LOCAL_SUFFIXES, _TABLE_FILE, FileDigests, _folder_split, _load_hub, _table_batches
 

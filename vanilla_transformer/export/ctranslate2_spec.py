@@ -17,28 +17,15 @@ from pathlib import Path
 
 import torch
 
+from ..common.extras import import_ctranslate2
+from ..common.model_folder import MODEL_CONFIG_FILE, check_output_folder, load_config, load_model_folder, load_tokenizer
 from ..lexical_shortlist import SHORTLIST_FILE
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .ctranslate2_vmap import folder_shortlist, write_vocabulary_map
 
 # Positions written for sinusoidal models: past every input `translate` accepts (1024 tokens) and its output
 POSITION_TABLE_ROWS = 2048
-# what the export writes beside CTranslate2's files: our config (CTranslate2's config.json is its own)
-MODEL_CONFIG_FILE = "vanilla_transformer_config.json"
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-
-
-def import_ctranslate2():
-    """The optional `ctranslate2` package, or an error that names the extra to install."""
-    try:
-        import ctranslate2
-    except ImportError as error:
-        raise MissingExtraError('CTranslate2 is not installed: pip install "vanilla-transformer[ct2]"') from error
-    return ctranslate2
-
-
-class MissingExtraError(ImportError):
-    """An optional dependency is missing: the user's setup, not a bug (the command line prints it as one line)."""
 
 
 def unsupported_switches(config) -> list[str]:
@@ -226,30 +213,12 @@ def target_vocabulary(tokenizer, config) -> list[str]:
     return tokens
 
 
-def holds(folder: Path, source: str | Path) -> bool:
-    """Whether `folder` is the local folder `source` or a folder above it (a Hub id is in no folder)."""
-    resolved = Path(source).resolve()
-    return resolved.exists() and (folder.resolve() == resolved or folder.resolve() in resolved.parents)
-
-
-def check_output_folder(output: Path, source: str | Path, described_as: str, force: bool) -> None:
-    """`output` may be written from `source`: not a file, empty unless `force`, and not the source or a folder above
-    it (which --force would delete before it is read)."""
-    if holds(output, source):
-        raise ValueError(f"the output folder {output} holds the {described_as} folder {source}: choose another output")
-    if output.exists() and not output.is_dir():
-        raise NotADirectoryError(f"{output} is a file, not a folder")
-    if output.is_dir() and any(output.iterdir()) and not force:
-        raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
-
-
 def export_ctranslate2(
     folder: str | Path, output: str | Path, quantization: str | None = None, force: bool = False
 ) -> Path:
     """Write `folder` (a translation model folder or Hub repo with its tokenizer) as a CTranslate2 model in `output`,
     optionally quantized; the tokenizer, generation config and our config travel with it. Returns `output`."""
     ctranslate2 = import_ctranslate2()
-    from ..inference.loading import load_config, load_model_folder, load_tokenizer
 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
@@ -310,10 +279,8 @@ def _run_export_ctranslate2(args) -> int:
 
 __all__ = [
     "POSITION_TABLE_ROWS",
-    "MissingExtraError",
     "add_export_subcommand",
     "build_spec",
     "export_ctranslate2",
-    "import_ctranslate2",
     "unsupported_switches",
 ]

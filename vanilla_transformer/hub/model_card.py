@@ -40,8 +40,8 @@ import jinja2
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..common.model_folder import HUB_ID
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from .push import HUB_ID
 
 TEMPLATE_NAME = "model_card.md"
 TAGS = ["translation", "transformer", "vanilla-transformer"]

@@ -11,7 +11,6 @@ import argparse
 import fnmatch
 import json
 import os
-import re
 import warnings
 from pathlib import Path
 
@@ -20,22 +19,11 @@ from huggingface_hub import utils as hub_utils
 from transformers.dynamic_module_utils import get_relative_imports
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
-from .connection import HubUnreachableError
-
-# a Hub repo id, model or dataset: "name" or "owner/name"
-HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
+from ..common.hub_connection import HubUnreachableError
+from ..common.model_folder import TOKENIZER_VOCABULARIES
 
 # Failures to connect of the HTTP client huggingface_hub uses (httpx or its fork), which are no OSErrors.
 _CONNECTION_ERRORS = (hub_utils.httpx.TransportError,) if hasattr(hub_utils, "httpx") else ()
-# tokenizer.json, or a file of another tokenizer format that stands in for it
-TOKENIZER_VOCABULARIES = (
-    "tokenizer.json",
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "vocab.json",
-    "vocab.txt",
-)
 # Auto classes a translation model folder must map to its code files.
 _REQUIRED_AUTO_CLASSES = ("AutoConfig", "AutoModelForSeq2SeqLM")
 # Training leftovers beside a model's own files that have no place in a published model.
@@ -152,13 +140,7 @@ def push_folder(
         )
 
     api = HfApi(token=token)
-    try:
-        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    except _CONNECTION_ERRORS as error:  # the command would end in a traceback
-        raise HubUnreachableError(
-            f"push to {repo_id}", f"check the network ({type(error).__name__}: {error})"
-        ) from error
-    repo_id = repo_url.repo_id
+    repo_id = create_repo(api, repo_id, private=private, repo_type="model").repo_id
     if revision is not None:
         api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
     operations = [
@@ -173,6 +155,17 @@ def push_folder(
         repo_type="model",
     )
     return str(info.pr_url if create_pr and info.pr_url else info.commit_url)
+
+
+def create_repo(api: HfApi, repo_id: str, **kwargs):
+    """`api.create_repo(repo_id, exist_ok=True, **kwargs)`; a network that fails is a HubUnreachableError naming the
+    repo (the command would end in a traceback)."""
+    try:
+        return api.create_repo(repo_id, exist_ok=True, **kwargs)
+    except _CONNECTION_ERRORS as error:
+        raise HubUnreachableError(
+            f"push to {repo_id}", f"check the network ({type(error).__name__}: {error})"
+        ) from error
 
 
 def add_push_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -192,20 +185,11 @@ def add_push_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
     parser.add_argument("--token", help="Hugging Face token; default HF_TOKEN or the stored login")
     parser.add_argument("--commit-message", help="message of the commit")
     parser.add_argument("--dry-run", action="store_true", help="check the folder and list the files; send nothing")
-    parser.add_argument(
-        "--space",
-        metavar="SPACE_ID",
-        help="also write and push a Gradio Space (USER/NAME) that serves the page for the pushed model (.[serve])",
-    )
     parser.set_defaults(func=run_push)
     return parser
 
 
 def run_push(args: argparse.Namespace) -> int:
-    if args.space:  # before the model is pushed: a Space that cannot be written is refused first
-        check_space_id(args.space)
-        if args.revision or args.create_pr:
-            raise ValueError("--space serves the model's main branch: push it without --revision and --create-pr")
     if args.dry_run:
         missing = missing_model_files(args.folder) if args.folder.is_dir() else [f"the folder {args.folder}"]
         if missing:
@@ -222,52 +206,15 @@ def run_push(args: argparse.Namespace) -> int:
         commit_message=args.commit_message,
     )
     print(url)
-    if args.space:
-        print(push_space(args.repo_id, args.space, private=args.private, token=args.token))
     return 0
-
-
-def check_space_id(space_id: str) -> None:
-    """A Space repo id, and the gradio it is written with (the Space pins the installed version)."""
-    from ..serve import import_gradio
-
-    if not HUB_ID.fullmatch(space_id):
-        raise ValueError(f"--space {space_id!r} is not a Hub repo id (USER/NAME)")
-    import_gradio()
-
-
-def push_space(model_repo_id: str, space_id: str, *, private: bool = False, token: str | None = None) -> str:
-    """Write the Space that serves the page for `model_repo_id` and push it to the Space repo `space_id`; returns
-    the commit's URL."""
-    import tempfile
-
-    from ..serve.space import write_space
-
-    check_space_id(space_id)
-    api = HfApi(token=token)
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = write_space(model_repo_id, Path(scratch) / "space")
-        try:
-            api.create_repo(space_id, private=private, exist_ok=True, repo_type="space", space_sdk="gradio")
-        except _CONNECTION_ERRORS as error:
-            raise HubUnreachableError(
-                f"push to {space_id}", f"check the network ({type(error).__name__}: {error})"
-            ) from error
-        operations = [
-            CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
-            for path in sorted(folder.rglob("*"))
-            if path.is_file()
-        ]
-        info = api.create_commit(space_id, operations, commit_message="The vanilla-transformer page", repo_type="space")
-    return str(info.commit_url)
 
 
 __all__ = [
     "IncompleteModelFolderError",
     "add_push_subcommand",
+    "create_repo",
     "files_to_push",
     "missing_model_files",
     "push_folder",
-    "push_space",
     "run_push",
 ]

@@ -1,7 +1,13 @@
-"""Inference: translating (`translate`, int8, CTranslate2 exports); loading folders with errors naming the file."""
+"""Inference: translating (`translate`, int8, CTranslate2 exports); loading folders is `common`'s, re-exported."""
 
+from ..common.model_folder import (
+    CorruptFileError,
+    MissingTokenizerError,
+    load_config,
+    load_model_folder,
+    load_tokenizer,
+)
 from .ctranslate2_engine import load_ctranslate2
-from .loading import CorruptFileError, MissingTokenizerError, load_config, load_model_folder, load_tokenizer
 from .quantization import quantize_linear_layers
 from .translate import add_translate_subcommand, load_for_translation, run_translate, translate
 

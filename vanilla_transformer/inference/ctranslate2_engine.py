@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
+from ..common.extras import import_ctranslate2
+from ..common.model_folder import MODEL_CONFIG_FILE, load_tokenizer
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..export.ctranslate2_spec import MODEL_CONFIG_FILE, import_ctranslate2
 from ..lexical_shortlist import BUILD_HINT, SHORTLIST_FILE, LexicalShortlist, ShortlistError
-from .loading import load_tokenizer
 
 
 class CTranslate2Model:

@@ -21,10 +21,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..common.model_folder import load_model_folder, load_tokenizer
 from ..lexical_shortlist import LexicalShortlist
 from ..tokenization import iter_lines, tokenizer_identity
 from .ctranslate2_engine import load_ctranslate2
-from .loading import load_model_folder, load_tokenizer
 from .quantization import QUANTIZATIONS, quantize_linear_layers
 
 DEFAULT_NUM_BEAMS = 5
@@ -219,7 +219,7 @@ def load_for_translation(
     carries; it is not needed while this package is importable (it registers the classes with the Auto classes).
     `quantize="int8"`: the linear layers run in int8 (torch's dynamic quantization; CPU only, float32 otherwise).
     A local folder with a file missing or corrupt, or a repo id that is neither reachable nor in the local cache,
-    is an error naming the file or the repo at once (see `vanilla_transformer.inference.loading`).
+    is an error naming the file or the repo at once (see `vanilla_transformer.common.model_folder`).
     """
     if isinstance(dtype, str):
         if dtype not in DTYPES:

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..common.extras import import_gradio
 from .batching import QUEUE_SIZE
 from .service import Limits
 
@@ -46,18 +47,6 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
     )
     parser.set_defaults(func=run_serve)
     return parser
-
-
-def import_gradio():
-    from ..export.ctranslate2_spec import MissingExtraError
-
-    try:
-        import gradio
-    except ImportError as error:
-        raise MissingExtraError(
-            'the page needs gradio, which is not installed: pip install "vanilla-transformer[serve]"'
-        ) from error
-    return gradio
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -8,11 +8,19 @@ card (its front matter names the model, the Gradio SDK and the app file), and a 
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 import re
 import shutil
+import tempfile
 from pathlib import Path
+
+from huggingface_hub import CommitOperationAdd, HfApi
+
+from ..common.extras import import_gradio
+from ..common.model_folder import HUB_ID
+from ..hub.push import create_repo, run_push
 
 APP = '''"""The vanilla-transformer page for {model}: translate, and see the attention, positions and masks."""
 
@@ -77,3 +85,49 @@ def write_space(model: str, output: str | Path, title: str | None = None) -> Pat
     card = CARD.format(title=title, title_yaml=json.dumps(title), gradio_version=gradio.__version__, model=model)
     (output / "README.md").write_text(card, encoding="utf-8")
     return output
+
+
+def check_space_id(space_id: str) -> None:
+    """A Space repo id, and the gradio it is written with (the Space pins the installed version)."""
+    if not HUB_ID.fullmatch(space_id):
+        raise ValueError(f"--space {space_id!r} is not a Hub repo id (USER/NAME)")
+    import_gradio()
+
+
+def push_space(model_repo_id: str, space_id: str, *, private: bool = False, token: str | None = None) -> str:
+    """Write the Space that serves the page for `model_repo_id` and push it to the Space repo `space_id`; returns
+    the commit's URL."""
+    check_space_id(space_id)
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = write_space(model_repo_id, Path(scratch) / "space")
+        create_repo(api, space_id, private=private, repo_type="space", space_sdk="gradio")
+        operations = [
+            CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
+            for path in sorted(folder.rglob("*"))
+            if path.is_file()
+        ]
+        info = api.create_commit(space_id, operations, commit_message="The vanilla-transformer page", repo_type="space")
+    return str(info.commit_url)
+
+
+def add_space_to_push(push: argparse.ArgumentParser) -> None:
+    """`push ... --space SPACE_ID`: where the Hub's push and the page meet, this room, the higher of the two, joins
+    them (the model is pushed by `hub`, then its Space from here)."""
+    push.add_argument(
+        "--space",
+        metavar="SPACE_ID",
+        help="also write and push a Gradio Space (USER/NAME) that serves the page for the pushed model (.[serve])",
+    )
+    push.set_defaults(func=run_push_with_space)
+
+
+def run_push_with_space(args: argparse.Namespace) -> int:
+    if args.space:  # before the model is pushed: a Space that cannot be written is refused first
+        check_space_id(args.space)
+        if args.revision or args.create_pr:
+            raise ValueError("--space serves the model's main branch: push it without --revision and --create-pr")
+    run_push(args)
+    if args.space and not args.dry_run:
+        print(push_space(args.repo_id, args.space, private=args.private, token=args.token))
+    return 0

@@ -5,7 +5,7 @@ import argparse
 from transformers import HfArgumentParser
 
 from ..training.arguments import DataArguments, OneLineErrors
-from .write import ShortlistArguments, write_shortlist
+from .write import ShortlistAfterTraining, ShortlistArguments, write_shortlist
 
 
 class ShortlistParser(OneLineErrors, HfArgumentParser):
@@ -35,4 +35,10 @@ def run_shortlist(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["ShortlistArguments", "add_shortlist_subcommand", "run_shortlist", "write_shortlist"]
+__all__ = [
+    "ShortlistAfterTraining",
+    "ShortlistArguments",
+    "add_shortlist_subcommand",
+    "run_shortlist",
+    "write_shortlist",
+]

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..inference.loading import load_config, load_tokenizer
+from ..common.model_folder import load_config, load_tokenizer
 from ..lexical_shortlist import CANDIDATES, FREQUENT, MIN_COUNT, SHORTLIST_FILE, LexicalShortlist
 from ..tokenization import tokenizer_identity
 from ..training.arguments import DataArguments, check_at_least
@@ -95,3 +95,25 @@ def write_shortlist(
     shortlist.save(partial)
     os.replace(partial, path)
     return {"path": path, "bytes": path.stat().st_size, "pairs": corpus.train.num_rows, "seconds": seconds}
+
+
+class ShortlistAfterTraining:
+    """`train --shortlist`: the shortlist of the run's corpus, written into its output folder once the model is saved
+    (a `training.AfterSaving` step, which the command line joins to `train`)."""
+
+    def describe(self, run) -> str:
+        retry = f"`vanilla-transformer shortlist --model {run.output_dir} --dataset ...` retries"
+        return f"building the lexical shortlist ({retry})"
+
+    def __call__(self, run) -> dict:
+        if not run.args.shortlist:
+            return {}
+        written = write_shortlist(
+            run.output_dir,
+            run.data_args,
+            run.args.shortlist_candidates,
+            run.args.shortlist_frequent,
+            force=True,
+            corpus=run.corpus,
+        )
+        return {"shortlist": {"seconds": written["seconds"], "bytes": written["bytes"]}}

@@ -1,10 +1,11 @@
 """Training: `vanilla-transformer train` (arguments, corpus, loop, checkpoints, evaluation)."""
 
 import argparse
+from collections.abc import Sequence
 
 from .arguments import DataArguments, ModelArguments, TrainArguments, parse_arguments
 from .corpus import prepare_corpus
-from .loop import RunEndedWithErrors, TrainingInterrupted, TrainingRun, train
+from .loop import AfterSaving, RunEndedWithErrors, TrainingInterrupted, TrainingRun, train
 from .starting_model import StartingModel
 
 
@@ -46,14 +47,16 @@ def run_prepare(argv: list[str]) -> int:
     return 0
 
 
-def run_train(argv: list[str]) -> int:
-    results = train(*parse_arguments(argv))
+def run_train(argv: list[str], after_saving: Sequence[AfterSaving] = ()) -> int:
+    """`train` with its flags; `after_saving`: the other rooms' steps that the command line joins to it."""
+    results = train(*parse_arguments(argv), after_saving=after_saving)
     if "test" in results or "validation" in results:
         print({k: v for k, v in results.items() if k in ("validation", "test", "train_seconds", "train_steps")})
     return 0
 
 
 __all__ = [
+    "AfterSaving",
     "DataArguments",
     "ModelArguments",
     "RunEndedWithErrors",

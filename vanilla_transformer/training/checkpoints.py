@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
+from ..common.model_folder import CorruptFileError, check_weight_files
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..inference.loading import CorruptFileError, check_weight_files
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
 # a checkpoint being written, renamed to step-N when complete

@@ -26,9 +26,9 @@ from transformers import (
     TrainingArguments,
 )
 
+from ..common.hub_connection import load_dataset_or_cache
+from ..common.model_folder import load_tokenizer
 from ..configuration_vanilla_transformer import CLASSIFIER_POOLINGS
-from ..hub.connection import load_dataset_or_cache
-from ..inference.loading import load_tokenizer
 from ..modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ..tokenization import VOCAB_SIZE, train_tokenizer, with_sentence_start
 from .arguments import ModelArguments, TrainArgumentParser, check_at_least, check_positive, given_flags

@@ -30,9 +30,8 @@ import numpy as np
 import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
-from ..hub.connection import HubUnreachableError, load_dataset_or_cache
-from ..hub.push import HUB_ID
-from ..inference.loading import load_tokenizer
+from ..common.hub_connection import HubUnreachableError, load_dataset_or_cache
+from ..common.model_folder import HUB_ID, load_tokenizer
 from ..tokenization import MIN_FREQUENCY, iter_lines, tokenizer_identity, train_tokenizer
 from .arguments import DataArguments
 from .prepared_folder import (

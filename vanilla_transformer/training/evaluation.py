@@ -5,7 +5,7 @@ import re
 import sacrebleu
 import torch
 
-from ..export.ctranslate2_spec import MissingExtraError
+from ..common.extras import MissingExtraError
 from ..inference.translate import translate
 from .batches import sequence_lengths, token_budget_batches
 

@@ -1,6 +1,8 @@
 """The training loop: Accelerate (CPU, one GPU, or many through `accelerate launch`), token-budget batches,
 AdamW with the paper's inverse-square-root warm-up, exact resume, periodic evaluation, a Hub-ready output."""
 
+from __future__ import annotations
+
 import contextlib
 import copy
 import importlib.util
@@ -13,7 +15,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from accelerate import Accelerator
@@ -162,11 +166,36 @@ def wants_tensorboard(report_to: str) -> bool:
     return available
 
 
-class TrainingRun:
-    """One training run. `run()` trains to max_steps (resuming if asked) and writes the output folder."""
+class AfterSaving(Protocol):
+    """Work of another room in the output folder once the model is saved, before the final scores: the command that
+    joins the two rooms passes it (`train --shortlist`: the shortlist room's builder)."""
 
-    def __init__(self, model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments, corpus=None):
+    def describe(self, run: TrainingRun) -> str:
+        """What the step does, for the message of a run that ends with its failure."""
+
+    def __call__(self, run: TrainingRun) -> dict:
+        """Do it; returns the entries it adds to results.json."""
+
+
+class TrainingRun:
+    """One training run. `run()` trains to max_steps (resuming if asked) and writes the output folder.
+    `after_saving`: the steps of other rooms once the model is saved (`AfterSaving`)."""
+
+    def __init__(
+        self,
+        model_args: ModelArguments,
+        data_args: DataArguments,
+        train_args: TrainArguments,
+        corpus=None,
+        after_saving: Sequence[AfterSaving] = (),
+    ):
         self.model_args, self.data_args, self.args = model_args, data_args, train_args
+        self.after_saving = list(after_saving)
+        if train_args.shortlist and not self.after_saving:
+            raise ValueError(
+                "shortlist=True is built by vanilla_transformer.shortlist: run `vanilla-transformer train --shortlist`"
+                ", or pass train(..., after_saving=[vanilla_transformer.shortlist.ShortlistAfterTraining()])"
+            )
         if train_args.push_to_hub and not train_args.hub_repo_id:
             raise ValueError("--push_to_hub needs --hub_repo_id USER/NAME")
         if train_args.push_to_hub and not (train_args.hub_token or get_token()):
@@ -607,22 +636,11 @@ class TrainingRun:
             plain = plain_model(model)  # a LoRA run's adapters merged: a folder that loads like any other
             save_model_folder(plain, self.tokenizer, self.output_dir)
             save_adapter(model, self.output_dir)
-            if self.args.shortlist:
-                from ..shortlist import write_shortlist  # the shortlist room builds on this one's corpus
-
+            for step in self.after_saving:  # the other rooms' work in the folder (`train --shortlist`)
                 try:
-                    written = write_shortlist(
-                        self.output_dir,
-                        self.data_args,
-                        self.args.shortlist_candidates,
-                        self.args.shortlist_frequent,
-                        force=True,
-                        corpus=self.corpus,
-                    )
-                    results["shortlist"] = {"seconds": written["seconds"], "bytes": written["bytes"]}
+                    results.update(step(self))
                 except Exception as error:
-                    retry = f"`vanilla-transformer shortlist --model {self.output_dir} --dataset ...` retries"
-                    failures.append((f"building the lexical shortlist ({retry})", error))
+                    failures.append((step.describe(self), error))
             try:
                 for name, dataset in (("validation", self.corpus.validation), ("test", self.corpus.test)):
                     if dataset is not None:
@@ -684,5 +702,10 @@ class TrainingRun:
         self.accelerator.free_memory()  # forgets the prepared objects and collects the wrapper's reference cycles
 
 
-def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments) -> dict:
-    return TrainingRun(model_args, data_args, train_args).run()
+def train(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    train_args: TrainArguments,
+    after_saving: Sequence[AfterSaving] = (),
+) -> dict:
+    return TrainingRun(model_args, data_args, train_args, after_saving=after_saving).run()

@@ -5,7 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
-from ..export.ctranslate2_spec import holds
+from ..common.model_folder import holds
 from ..hub.model_card import ModelCardResults, save_model_card
 from ..hub.push import push_folder
 from .arguments import DataArguments, TrainArguments

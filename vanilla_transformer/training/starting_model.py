@@ -17,14 +17,14 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..inference.loading import (
+from ..common.model_folder import (
     MissingTokenizerError,
     check_tokenizer_files,
     load_config,
     load_model_folder,
     load_tokenizer,
 )
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..tokenization import tokenizer_identity
 from .checkpoints import CHECKPOINT_PATTERN

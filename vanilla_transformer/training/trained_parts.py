@@ -8,7 +8,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from ..export.ctranslate2_spec import MissingExtraError
+from ..common.extras import MissingExtraError
 
 # the parts --freeze takes; "encoder:N" / "decoder:N" are the first N layers of a stack
 FREEZABLE_PARTS = ("embeddings", "encoder", "decoder", "generator")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..inference.loading import MissingTokenizerError, load_config, load_model_folder, load_tokenizer
+from ..common.model_folder import MissingTokenizerError, load_config, load_model_folder, load_tokenizer
 from .attention import STACKS, cross_attention_alignment, self_attention_heatmaps
 from .masks import mask_plots
 from .positions import (

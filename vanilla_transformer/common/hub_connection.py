@@ -3,7 +3,7 @@ transformers or datasets give up, so one short connection attempt comes first, a
 local cache is read.
 
 ```python
-from vanilla_transformer.hub.connection import from_pretrained_or_cache, load_dataset_or_cache
+from vanilla_transformer.common.hub_connection import from_pretrained_or_cache, load_dataset_or_cache
 
 # the cached copy when the Hub cannot be reached, else a HubUnreachableError (a ConnectionError) naming the repo
 model = from_pretrained_or_cache(AutoModelForSeq2SeqLM, "owner/name", "model")

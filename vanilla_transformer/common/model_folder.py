@@ -1,6 +1,7 @@
-"""Loading a saved model, its config or its tokenizer from a local folder or a Hub repo id, with errors that name
-the culprit: the missing or corrupt file of a local folder, or the repo id when the Hub cannot be reached (at once,
-instead of after a minute of retries; a repo in the local cache still loads).
+"""A model folder: the names of its files; loading a saved model, its config or its tokenizer from a local folder or
+a Hub repo id, with errors that name the culprit: the missing or corrupt file of a local folder, or the repo id when
+the Hub cannot be reached (at once, instead of after a minute of retries; a repo in the local cache still loads);
+and the checks of a folder a command writes into.
 
 transformers' own messages for these cases name no file (a truncated model.safetensors is a bare SafetensorError,
 a folder without a tokenizer asks to install sentencepiece), so a local folder is checked before it is loaded.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from huggingface_hub.errors import HFValidationError
@@ -26,11 +28,23 @@ from transformers import (
 )
 from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
-from ..hub.connection import from_pretrained_or_cache
-from ..hub.push import HUB_ID, TOKENIZER_VOCABULARIES
 from ..weight_files import CorruptFileError
+from .hub_connection import from_pretrained_or_cache
 
+# a Hub repo id, model or dataset: "name" or "owner/name"
+HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
 TOKENIZER_FILE = "tokenizer.json"
+# tokenizer.json, or a file of another tokenizer format that stands in for it
+TOKENIZER_VOCABULARIES = (
+    TOKENIZER_FILE,
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+)
+# what an export writes beside another engine's files: our config (CTranslate2's config.json is its own)
+MODEL_CONFIG_FILE = "vanilla_transformer_config.json"
 _TOKENIZER_JSON_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 _SAVE_MODEL_AGAIN = "save the model again or download it again"
 _SAVE_TOKENIZER_AGAIN = "save the tokenizer again (tokenizer.save_pretrained) or download it again"
@@ -171,6 +185,23 @@ def check_tokenizer_files(folder: Path) -> None:
         _read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
 
 
+def holds(folder: Path, source: str | Path) -> bool:
+    """Whether `folder` is the local folder `source` or a folder above it (a Hub id is in no folder)."""
+    resolved = Path(source).resolve()
+    return resolved.exists() and (folder.resolve() == resolved or folder.resolve() in resolved.parents)
+
+
+def check_output_folder(output: Path, source: str | Path, described_as: str, force: bool) -> None:
+    """`output` may be written from `source`: not a file, empty unless `force`, and not the source or a folder above
+    it (which --force would delete before it is read)."""
+    if holds(output, source):
+        raise ValueError(f"the output folder {output} holds the {described_as} folder {source}: choose another output")
+    if output.exists() and not output.is_dir():
+        raise NotADirectoryError(f"{output} is a file, not a folder")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
+
+
 def _read_json(path: Path, remedy: str) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -179,11 +210,17 @@ def _read_json(path: Path, remedy: str) -> object:
 
 
 __all__ = [
+    "HUB_ID",
+    "MODEL_CONFIG_FILE",
+    "TOKENIZER_FILE",
+    "TOKENIZER_VOCABULARIES",
     "CorruptFileError",
     "MissingTokenizerError",
     "check_config_file",
+    "check_output_folder",
     "check_tokenizer_files",
     "check_weight_files",
+    "holds",
     "load_config",
     "load_model_folder",
     "load_tokenizer",

@@ -1,0 +1,31 @@
+"""Optional packages (the extras of pyproject.toml): each imported where it is needed, or an error naming the extra
+to install, which the command line prints as one line."""
+
+from __future__ import annotations
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is missing: the user's setup, not a bug (the command line prints it as one line)."""
+
+
+def import_ctranslate2():
+    """The optional `ctranslate2` package, or an error that names the extra to install."""
+    try:
+        import ctranslate2
+    except ImportError as error:
+        raise MissingExtraError('CTranslate2 is not installed: pip install "vanilla-transformer[ct2]"') from error
+    return ctranslate2
+
+
+def import_gradio():
+    """The optional `gradio` package (the page of `serve` and its Space), or an error that names the extra."""
+    try:
+        import gradio
+    except ImportError as error:
+        raise MissingExtraError(
+            'the page needs gradio, which is not installed: pip install "vanilla-transformer[serve]"'
+        ) from error
+    return gradio
+
+
+__all__ = ["MissingExtraError", "import_ctranslate2", "import_gradio"]
