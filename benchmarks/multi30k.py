@@ -7,7 +7,8 @@
 The languages are the config's source_lang and target_lang (the training defaults, en and de, where it sets none),
 whether training or only scoring a folder; training flags given here (e.g. --seed 2) override the config.
 Scores on the test split: sacreBLEU (cased, detokenized, 13a), BLEU4 on lowercased 13a-tokenized text (the figure
-published Multi30k results report) and chrF, with the beam size, wall time and machine.
+published Multi30k results report) and chrF, with the beam size, wall time, the updates the run made and its training
+tokens/s (over the steps alone, from results.json), and the machine. `--torch_compile` compiles the training step.
 """
 
 import argparse
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> None:
         results = train(model_args, data_args, train_args)
         folder = Path(train_args.output_dir)
         print(json.dumps(results, indent=2))
+    else:  # the training figures of a trained folder, where it has them
+        results_file = folder / "results.json"
+        results = json.loads(results_file.read_text()) if results_file.is_file() else {}
     scores = evaluate_folder(
         folder,
         args.data,
@@ -88,10 +92,18 @@ def main(argv: list[str] | None = None) -> None:
         args.quantize,
     )
     scores.update(folder=str(folder), wall_seconds=round(time.time() - started, 1), machine=machine_summary())
+    # the updates the hour held and the training speed (over the steps alone), where the run recorded them
+    scores.update(
+        updates=results.get("train_steps"),
+        train_tokens_per_second=results.get("train_tokens_per_second"),
+        torch_compile=train_args.torch_compile,
+    )
     print(json.dumps(scores, indent=2))
+    updates = f"{scores['updates']:,}" if scores["updates"] is not None else "-"
+    speed = f"{scores['train_tokens_per_second']:,.0f}" if scores["train_tokens_per_second"] is not None else "-"
     print(
         f"| {scores['split']} | {scores['bleu_lowercased']:.1f} | {scores['bleu']:.1f} | {scores['chrf']:.1f} | "
-        f"{scores['num_beams']} | {scores['wall_seconds'] / 60:.0f} min | {scores['machine']} |"
+        f"{scores['num_beams']} | {scores['wall_seconds'] / 60:.0f} min | {updates} | {speed} | {scores['machine']} |"
     )
 
 

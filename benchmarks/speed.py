@@ -5,11 +5,15 @@ embeddings, sqrt(d_model)-scaled embeddings) and measured in alternating pairs, 
 (frequency, other load) hits both alike; each figure is the median over the pairs, and each ratio the
 median of the per-pair ratios. Measured:
 
-  * training tokens/s: forward + backward + AdamW step, source + target tokens counted;
+  * training tokens/s: forward + backward + AdamW step (fused, as our loop and transformers' Trainer take it),
+    source + target tokens counted; with --compile, also our training forward and loss compiled as
+    `train --torch_compile` compiles them (inductor, dynamic shapes); with --unfused, also ours with the logits made
+    whole before the loss (`loss_blocks=0`, the path before the generator and loss ran in blocks);
   * generate() new tokens/s: exactly --new-tokens per sentence (min_new_tokens = max_new_tokens), greedy
     and beam search, under eval() and torch.inference_mode();
   * peak memory of each phase above the built model: on CPU the peak RSS increase in a fresh process per
-    (model, phase); on CUDA torch.cuda.max_memory_allocated.
+    (model, phase); on CUDA torch.cuda.max_memory_allocated; with --unfused, the training step's of both our paths
+    (`ours / ours unfused`: what running the generator and loss in blocks saves).
 
 On the CPU in float32, generation is also measured with our model's linear layers in int8 (`ours int8`: torch's
 dynamic quantization, what `translate --quantize int8` does). With --ct2, CTranslate2's translate_batch is added on
@@ -30,6 +34,8 @@ vocabulary (--marian: 58,101), its ids are spread over the larger one by a fixed
 generator has the model's size while the shortlist keeps what real text gives.
 
     python -m benchmarks.speed                      # defaults: about 3 minutes on 2 idle CPU cores
+    python -m benchmarks.speed --compile --unfused  # + the compiled and the unfused training columns
+    python -m benchmarks.speed --vocab 37000 --unfused --skip-generation   # the training step's memory at 37,000
     python -m benchmarks.speed --ct2 --json speed.json
     python -m benchmarks.speed --marian --pairs 3 --warmup 1 --gen-calls 1
     python -m benchmarks.speed --shortlist --ct2 --skip-memory
@@ -72,11 +78,15 @@ MEMORY_TRAIN_STEPS = 2  # the first step allocates AdamW's state, the second run
 
 MODEL_NAMES = ("ours", "marian")
 MODEL_LABELS = {"ours": "vanilla_transformer", "marian": "Marian (HF)"}
+# our model with the whole logits made before the loss (--unfused): the training step as it was before issue 52
+UNFUSED = "ours unfused"
 CT2_COMPUTE_TYPES = ("float32", "int8")  # int8 is quantised from the float32 files when loading
 # the report's columns: the two models, ours in int8, then CTranslate2's translators of Marian ("ct2 float32") and of
 # our export ("ours ct2 float32")
 COLUMNS = {
     **MODEL_LABELS,
+    "ours compiled": "vanilla_transformer compiled",
+    UNFUSED: "vanilla_transformer, unfused loss",
     "ours int8": "vanilla_transformer int8",
     **{f"ct2 {kind}": f"CTranslate2 {kind} (Marian)" for kind in CT2_COMPUTE_TYPES},
     **{f"ours ct2 {kind}": f"CTranslate2 {kind} (our export)" for kind in CT2_COMPUTE_TYPES},
@@ -85,13 +95,17 @@ COLUMNS = {
 }
 RATIO_COLUMNS = {
     "ours": "ours / Marian",
+    "ours compiled": "ours compiled / Marian",
     "ours int8": "ours int8 / Marian",
     "ours shortlist": "ours + shortlist / Marian",
 }
 # the export with its vocabulary map against the same export without it
 OTHER_RATIOS = {
-    f"our export {kind}: with map / without": (f"ours ct2 {kind} vmap", f"ours ct2 {kind}")
-    for kind in CT2_COMPUTE_TYPES
+    "ours / ours unfused": ("ours", UNFUSED),
+    **{
+        f"our export {kind}: with map / without": (f"ours ct2 {kind} vmap", f"ours ct2 {kind}")
+        for kind in CT2_COMPUTE_TYPES
+    },
 }
 SHORTLIST_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 SHORTLIST_TOKENIZER_SIZE = 8000
@@ -133,6 +147,18 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     method.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa", help="attention implementation")
     method.add_argument("--seed", type=int, default=0)
     method.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
+    method.add_argument("--skip-generation", action="store_true", help="measure training (and its memory) only")
+    method.add_argument(
+        "--compile",
+        action="store_true",
+        help="add our training step with the forward and loss compiled, as `train --torch_compile` does",
+    )
+    method.add_argument("--compile-backend", default="inductor", help="torch.compile backend of --compile")
+    method.add_argument(
+        "--unfused",
+        action="store_true",
+        help="add our model with the whole logits made before the loss (loss_blocks=0), to training and its memory",
+    )
     method.add_argument("--ct2", action="store_true", help="add CTranslate2 translate_batch (float32, int8)")
     method.add_argument(
         "--marian",
@@ -201,11 +227,12 @@ def shared_config_fields(args: argparse.Namespace) -> dict:
     )
 
 
-def build_ours(args: argparse.Namespace) -> torch.nn.Module:
+def build_ours(args: argparse.Namespace, loss_blocks: int | None = None) -> torch.nn.Module:
     if args.marian:
         return converted_marian(args)
+    blocks = {} if loss_blocks is None else {"loss_blocks": loss_blocks}
     config = VanillaTransformerConfig(
-        **shared_config_fields(args), norm_placement="post", position_embedding_type="sinusoidal"
+        **shared_config_fields(args), norm_placement="post", position_embedding_type="sinusoidal", **blocks
     )
     return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=args.attn)
 
@@ -231,7 +258,13 @@ def converted_marian(args: argparse.Namespace) -> torch.nn.Module:
 MODEL_BUILDERS: dict[str, Callable[[argparse.Namespace], torch.nn.Module]] = {
     "ours": build_ours,
     "marian": build_marian,
+    UNFUSED: lambda args: build_ours(args, loss_blocks=0),
 }
+
+
+def trained_model_names(args: argparse.Namespace) -> list[str]:
+    """The models whose training is measured: ours and Marian, and with --unfused ours with the unfused loss."""
+    return [*MODEL_NAMES, *([UNFUSED] if args.unfused else [])]
 
 
 def max_positions(args: argparse.Namespace) -> int:
@@ -360,13 +393,17 @@ def generation_config(args: argparse.Namespace, num_beams: int, use_shortlist: b
 
 
 def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+    """AdamW with its fused kernel, which transformers' Trainer takes by default and our training loop too."""
+    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=True)
 
 
-def train_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, steps: int) -> None:
+def train_steps(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, steps: int, forward=None
+) -> None:
+    """`steps` training steps of `model`, its forward called through `forward` (a compiled wrapper) if given."""
     model.train()
     for _ in range(steps):
-        model(**batch).loss.backward()
+        (forward or model)(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -397,11 +434,21 @@ def throughput(work: Callable[[], None], units: int, device: str) -> float:
     return units / (time.perf_counter() - start)
 
 
-def training_measurement(model, workload: Workload, args) -> Callable[[], float]:
-    """A callable that times `train_steps` training steps of `model` and returns tokens/s."""
+def training_measurement(model, workload: Workload, args, forward=None) -> Callable[[], float]:
+    """A callable that times `train_steps` training steps of `model` (through `forward`) and returns tokens/s."""
     optimizer = make_optimizer(model)
-    work = repeated(lambda: train_steps(model, optimizer, workload.train_batch, 1), args.train_steps)
+    work = repeated(lambda: train_steps(model, optimizer, workload.train_batch, 1, forward), args.train_steps)
     return lambda: throughput(work, args.train_steps * workload.train_tokens(), args.device)
+
+
+def compiled_forward(model: torch.nn.Module, backend: str):
+    """Our model's forward as `train --torch_compile` compiles it (`training.compiled_step`), with `backend`."""
+    from vanilla_transformer.training.compiled_step import CompiledForward
+
+    compiled = CompiledForward(model)
+    if backend != "inductor":
+        compiled.backend.inductor = torch._dynamo.lookup_backend(backend)
+    return compiled
 
 
 def generation_measurement(
@@ -528,7 +575,12 @@ def phase_memory(args: argparse.Namespace, name: str, phase: str) -> int:
 
 def measure_memory(args: argparse.Namespace) -> dict[str, dict[str, int]]:
     """{phase: {model: bytes}}; on CPU each (model, phase) runs in a fresh process so RSS starts clean."""
-    jobs = [(args, name, phase) for phase in ("train", "greedy", "beam") for name in MODEL_NAMES]
+    phases = ("train",) if args.skip_generation else ("train", "greedy", "beam")
+    jobs = [
+        (args, name, phase)
+        for phase in phases
+        for name in (trained_model_names(args) if phase == "train" else MODEL_NAMES)
+    ]
     if args.device == "cuda":
         results = [phase_memory(*job) for job in jobs]
     else:
@@ -697,7 +749,17 @@ def speed_rows(
         notes.append(same_weights_note(models, workload))
     else:
         training = {name: training_measurement(model, workload, args) for name, model in models.items()}
+        if args.compile:
+            forward = compiled_forward(models["ours"], args.compile_backend)
+            training["ours compiled"] = training_measurement(models["ours"], workload, args, forward)
         rows.append(Row("Training", "tokens/s", True, alternate(training, args.pairs, args.warmup, "training")))
+        if args.compile:
+            notes.append(
+                f"Compiled: {forward.graphs} graph(s) ({args.compile_backend}); the compilation ran in the warm-up."
+            )
+    if args.skip_generation:
+        return rows, notes
+    models = {name: models[name] for name in MODEL_NAMES}
     references, note = ct2_measurements(args, workload) if args.ct2 else ({}, None)
     quantized = int8_model(models["ours"], args)
     if workload.shortlist is not None:
@@ -762,6 +824,7 @@ def memory_rows(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
         "greedy": "Peak memory, greedy",
         "beam": f"Peak memory, beam {args.beams}",
     }
+    labels = {phase: label for phase, label in labels.items() if phase in memory}
     rows = [
         Row(label, "MiB", False, {name: [value] for name, value in memory[phase].items()})
         for phase, label in labels.items()
@@ -781,8 +844,8 @@ def memory_rows(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
 
 def run_benchmark(args: argparse.Namespace) -> Report:
     apply_threads(args)
-    models = {name: build_model(name, args) for name in MODEL_NAMES}
-    parameters = {name: count_parameters(model) for name, model in models.items()}
+    models = {name: build_model(name, args) for name in trained_model_names(args)}
+    parameters = {name: count_parameters(models[name]) for name in MODEL_NAMES}
     report = Report(
         args,
         machine_description(args.device),

@@ -49,7 +49,7 @@ def test_every_config_switch_is_a_train_flag_with_the_configs_default_and_meanin
     defaults = parse_arguments([])[0]
     paper = {field.name: field.default for field in dataclasses.fields(VanillaTransformerConfig)}
     switches = [name for name in VanillaTransformerConfig.__annotations__ if name not in NOT_SWITCHES]
-    assert len(switches) == 29
+    assert len(switches) == 30
     for name in switches:
         assert name in flags, f"--{name} is not a train flag"
         assert flags[name].help, f"--{name} has no help"

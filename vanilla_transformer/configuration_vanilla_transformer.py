@@ -79,6 +79,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
             the weights file and not trained, as in Marian).
         sliding_window: None, or the width of a local self-attention window.
         label_smoothing: epsilon_ls of the model's cross-entropy loss.
+        loss_blocks: a training forward computes the generator and the loss together in this many blocks of the
+            target tokens, each block's gradient written before the next block's logits exist, so that no (tokens x
+            vocabulary) float32 tensor outlives its block, and returns no logits; 0 makes the whole logits, then the
+            loss from them (the unfused path). How the loss is computed, not what: no weight depends on it.
         weight_init: "xavier" (the reference implementations of the paper, tensor2tensor and fairseq): Glorot
             uniform linear layers and N(0, d_model^-1/2) embeddings when they are scaled by sqrt(d_model);
             "normal" (BART, Marian): every linear layer and embedding N(0, init_std).
@@ -125,6 +129,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     final_logits_bias: bool = False
     sliding_window: int | None = None
     label_smoothing: float | int = 0.0
+    loss_blocks: int = 16
     weight_init: str = "xavier"
     init_std: float | int = 0.02
     classifier_pooling: str = "first"
@@ -202,6 +207,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"a target vocabulary of another size than vocab_size={self.vocab_size} cannot share the embedding "
                 "matrix: it needs share_encoder_decoder_embeddings=False",
             )
+        if self.loss_blocks < 0:
+            raise _invalid("loss_blocks", self.loss_blocks, "must be 0 (the unfused loss) or a positive integer")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise _invalid("sliding_window", self.sliding_window, "must be None or a positive integer")
 

@@ -16,13 +16,19 @@ class FastCpuDropout(nn.Dropout):
     """
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0 or self.p == 1.0 or hidden_states.device.type != "cpu":
+        if not self.training or self.p in (0.0, 1.0) or hidden_states.device.type != "cpu":
             return super().forward(hidden_states)
         count = hidden_states.numel()
-        words = torch.empty((count + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+        # out of place (`randint`, not `random_`), so that torch.compile takes it into its graph: its own random
+        # numbers for dropout are one draw an element again, 4x slower here (1.3 vs 4.1 ms at 1280 x 256, 1 thread)
+        words = torch.randint(-(1 << 63), (1 << 63) - 1, ((count + 3) // 4,), dtype=torch.int64)
         draws = words.view(torch.int16)[:count].view(hidden_states.shape)
         # a draw in [-32768, 32767] is dropped when it falls in the lowest round(p * 65536) values
         dropped = round(self.p * _DRAW_RANGE)
         scale = _DRAW_RANGE / (_DRAW_RANGE - dropped)
-        keep = (draws >= dropped - _DRAW_RANGE // 2).to(hidden_states.dtype).mul_(scale)
-        return hidden_states.mul_(keep) if self.inplace else hidden_states * keep
+        # a boolean mask: the product saves it for the backward pass at a byte an element, not a float's four; but
+        # torch.compile's vectorised CPU code stores booleans one at a time (16 vs 0.5 ms for 1280 x 1024 with AVX2)
+        keep = draws >= dropped - _DRAW_RANGE // 2
+        if torch.compiler.is_compiling():
+            keep = keep.to(hidden_states.dtype)
+        return hidden_states.mul_(keep).mul_(scale) if self.inplace else hidden_states.mul(keep).mul_(scale)

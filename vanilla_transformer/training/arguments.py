@@ -43,6 +43,9 @@ NOT_FLAGS = (
     "classifier_pooling",
     "classifier_dropout",
 )
+# switches that say how the model computes, not what it computes: a resumed run, or a run from a model, may set them
+# otherwise (the loss in blocks or unfused)
+COMPUTATION_SWITCHES = ("loss_blocks",)
 CHOICES = {
     "activation_function": ACTIVATION_FUNCTIONS,
     "norm_placement": NORM_PLACEMENTS,
@@ -125,6 +128,11 @@ def switch_config(self) -> VanillaTransformerConfig:
 
 def switch_names() -> list[str]:
     return [name for name, _, _ in config_switches()]
+
+
+def model_defining_switches() -> list[str]:
+    """The switches a checkpoint's model must share with the run that resumes it (all but COMPUTATION_SWITCHES)."""
+    return [name for name in switch_names() if name not in COMPUTATION_SWITCHES]
 
 
 def check_switches(self) -> None:
@@ -391,6 +399,21 @@ class TrainArguments:
         metadata={"help": "auto (tensorboard when installed), tensorboard, none", "choices": list(REPORT_TO)},
     )
     disable_progress_bar: bool = False
+    torch_compile: bool = field(
+        default=False,
+        metadata={
+            "help": "compile the training forward and loss with torch.compile (inductor, dynamic shapes, lengths "
+            "padded to a multiple of 8); evaluation and generate() stay eager; the compiled graphs are counted in the "
+            "log and results.json"
+        },
+    )
+    peak_tflops: float | None = field(
+        default=None,
+        metadata={
+            "help": "the GPU's dense bf16 peak in TFLOP/s, for the MFU in the progress bar and results.json "
+            "(default: known for H100, H200, A100, L4 and L40S)"
+        },
+    )
     freeze: list[str] = field(
         default_factory=list, metadata={"help": f"parts of the model not to train: any of {FREEZE_HELP}"}
     )
@@ -442,7 +465,7 @@ class TrainArguments:
             "max_grad_norm",
         )
         check_at_least(self, 0, "weight_decay", "adam_beta1", "adam_beta2")
-        check_positive(self, "learning_rate", "max_train_minutes", "adam_epsilon", "tokens_per_step")
+        check_positive(self, "learning_rate", "max_train_minutes", "adam_epsilon", "tokens_per_step", "peak_tflops")
         if self.tokens_per_step is not None and self.gradient_accumulation_steps != 1:
             raise ValueError(
                 f"tokens_per_step={self.tokens_per_step} derives the gradient accumulation: leave "

@@ -119,12 +119,17 @@ class BatchPlan:
         return int(sum(self.lengths[batch, 1].sum() for batch in batches))
 
 
-def seq2seq_collator(tokenizer: PreTrainedTokenizerBase, model=None) -> DataCollatorForSeq2Seq:
-    """Pad tokenized examples into tensors: input_ids with the pad id (0), attention_mask, labels with -100.
+def seq2seq_collator(
+    tokenizer: PreTrainedTokenizerBase, model=None, pad_to_multiple_of: int | None = None
+) -> DataCollatorForSeq2Seq:
+    """Pad tokenized examples into tensors: input_ids with the pad id (0), attention_mask, labels with -100; with
+    `pad_to_multiple_of`, the lengths to a multiple of it.
 
     Given the model, the collator also builds `decoder_input_ids` from the labels (else the model does).
     """
-    return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
+    return DataCollatorForSeq2Seq(
+        tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt", pad_to_multiple_of=pad_to_multiple_of
+    )
 
 
 class MicroBatches(torch.utils.data.Dataset):

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
@@ -27,8 +28,8 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 from transformers.utils import CONFIG_NAME
 
-from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .arguments import TOKENIZER_FIELDS, DataArguments, ModelArguments, TrainArguments, switch_names
+from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, check_token_id_values
+from .arguments import TOKENIZER_FIELDS, DataArguments, ModelArguments, TrainArguments, model_defining_switches
 from .batches import (
     BatchPlan,
     DataLoaderWorkerDied,
@@ -48,6 +49,7 @@ from .checkpoints import (
     replace_folder,
     resolve_resume,
 )
+from .compiled_step import LENGTH_MULTIPLE, CompiledForward
 from .corpus import (
     Corpus,
     check_beside_sources,
@@ -57,6 +59,7 @@ from .corpus import (
 )
 from .cpu_memory import keep_freed_memory
 from .evaluation import translation_scores, validation_loss
+from .flops import peak_tflops, training_flops
 from .output_folder import (
     BEST,
     CHECKPOINTS,
@@ -157,6 +160,16 @@ def use_cpu(asked: bool) -> bool:
     return asked or (several_processes and not torch.cuda.is_available())
 
 
+def fused_adamw_supported(device: torch.device) -> bool:
+    """Whether torch has AdamW's fused kernel (one kernel a step for all parameters, instead of a loop over them in
+    Python, or a kernel a parameter) for this device."""
+    try:
+        from torch.optim.optimizer import _get_fused_kernels_supported_devices
+    except ImportError:  # a private name, which a later torch may move: then the loop over parameters
+        return False
+    return device.type in _get_fused_kernels_supported_devices()
+
+
 def wants_tensorboard(report_to: str) -> bool:
     if report_to == "none":
         return False
@@ -175,6 +188,37 @@ class AfterSaving(Protocol):
 
     def __call__(self, run: TrainingRun) -> dict:
         """Do it; returns the entries it adds to results.json."""
+
+
+class SpeedWindow:
+    """The steps since the last log line: their summed loss (a tensor on the device, read only when logged), tokens,
+    model FLOPs, and their time without the saves and evaluations among them."""
+
+    def __init__(self, device: torch.device):
+        self.loss = torch.zeros((), device=device)
+        self.steps, self.tokens, self.flops = 0, 0, 0.0
+        self.started, self.other_seconds = time.perf_counter(), 0.0
+
+    def add(self, loss: torch.Tensor, tokens: int, flops: float) -> None:
+        self.loss += loss
+        self.steps += 1
+        self.tokens += tokens
+        self.flops += flops
+
+    def seconds(self) -> float:
+        return max(time.perf_counter() - self.started - self.other_seconds, 1e-9)
+
+    @contextlib.contextmanager
+    def aside(self, run: TrainingRun):
+        """Time spent in the block (a save, an evaluation) is not the steps': left out of this window's time and of
+        the launch's step time."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - started
+            self.other_seconds += spent
+            run.launch_other_seconds += spent
 
 
 class TrainingRun:
@@ -231,7 +275,7 @@ class TrainingRun:
         check_freeze(train_args.freeze, self.switch_config())
         self.resume_folder = resolve_resume(self.checkpoint_root, train_args.resume_from_checkpoint)
         if self.resume_folder is not None:
-            check_same_model(self.resume_folder, self.switch_config(), switch_names())
+            check_same_model(self.resume_folder, self.switch_config(), model_defining_switches())
         if self.accelerator.is_main_process:
             clear_earlier_run(self.output_dir, train_args)
         self.accelerator.wait_for_everyone()
@@ -277,23 +321,32 @@ class TrainingRun:
         self.trainable_parameters = trainable_parameters(self.model)
         self.accelerator.print(trainable_summary(self.model))
         # the model shifts the labels into decoder inputs itself: the collator, which runs in the data loader's
-        # workers, needs no model
-        self.collator = seq2seq_collator(self.tokenizer)
+        # workers, needs no model; compiled, the lengths are padded to a multiple (see compiled_step.py)
+        self.collator = seq2seq_collator(
+            self.tokenizer, pad_to_multiple_of=LENGTH_MULTIPLE if train_args.torch_compile else None
+        )
         optimizer = torch.optim.AdamW(
             [parameter for parameter in self.model.parameters() if parameter.requires_grad],
             lr=train_args.peak_learning_rate(self.model.config.d_model),
             betas=(train_args.adam_beta1, train_args.adam_beta2),
             eps=train_args.adam_epsilon,
             weight_decay=train_args.weight_decay,
+            fused=fused_adamw_supported(self.accelerator.device) or None,
         )
         self.state = TrainingState()
         scheduler = build_scheduler(optimizer, train_args, self.state)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, optimizer, scheduler)
+        # the training forward and loss compiled (--torch_compile); evaluation and generate() use the model itself
+        self.compiled = CompiledForward(self.model) if train_args.torch_compile else None
+        self.peak_tflops = peak_tflops(self.accelerator.device, train_args.peak_tflops)
         self.train_pairs, lengths = mixed_training_pairs(self.corpus.train, mix, data_args.mix_ratio, train_args.seed)
         self.plan = BatchPlan(lengths, train_args.max_tokens, train_args.seed)
         self.micro_batches = None  # the data loader's iterator, started where the run starts (or resumes)
         self.data_wait = 0.0  # seconds the loop waited for micro-batches, since the last log line
         self.launch_data_wait, self.launch_seconds = 0.0, 0.0  # and in all of this launch, of its training time
+        # of this launch: the tokens and model FLOPs of its steps, and the seconds of its training time spent saving
+        # and evaluating instead (the speed is measured over the steps alone)
+        self.launch_tokens, self.launch_flops, self.launch_other_seconds = 0, 0.0, 0.0
         if tensorboard:
             self.accelerator.init_trackers("train", config=self.hyperparameters())
 
@@ -363,12 +416,25 @@ class TrainingRun:
         waited = time.perf_counter() - waited
         self.data_wait += waited
         self.launch_data_wait += waited
+        if self.accelerator.device.type != "cpu":
+            # checked here, on the CPU: the model does not read ids back from a device (it would wait for it)
+            config = self.unwrapped.config
+            check_token_id_values(batch["input_ids"], config.vocab_size, "input_ids")
+            check_token_id_values(batch["labels"], config.target_vocab_size, "labels", ignore_index=-100)
         return {name: value.to(self.accelerator.device, non_blocking=True) for name, value in batch.items()}
 
-    def train_step(self) -> tuple[torch.Tensor, int]:
-        """One optimizer step over world_size x accumulation micro-batches; returns (mean token loss, tokens). The
-        loss stays a tensor on the device, so that the step never waits for the device to finish; the tokens (source
-        and target, of every process) come from the plan."""
+    def summed_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss of a micro-batch summed over its target tokens, through the compiled forward under
+        --torch_compile; the step divides it by its own token count outside, so that the compiled graph never sees
+        a number that changes every step."""
+        forward = self.compiled or self.model
+        return forward(**batch, num_items_in_batch=1).loss
+
+    def train_step(self) -> tuple[torch.Tensor, int, float]:
+        """One optimizer step over world_size x accumulation micro-batches; returns (mean token loss of this
+        process's share, tokens, model FLOPs). The loss stays a tensor on the device, so that the step never waits
+        for the device to finish; the tokens (source and target, of every process) and their FLOPs come from the
+        plan."""
         processes, accumulation = self.accelerator.num_processes, self.args.gradient_accumulation_steps
         batches, self.state.epoch, self.state.batch_in_epoch = self.plan.take(
             self.state.epoch, self.state.batch_in_epoch, processes * accumulation
@@ -382,7 +448,7 @@ class TrainingRun:
             batch = self.micro_batch()  # the loader's sampler walks the same plan: these are own_batches
             last = position == len(own_batches) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
-                loss = self.model(**batch, num_items_in_batch=step_tokens / processes).loss
+                loss = self.summed_loss(batch) / (step_tokens / processes)
                 self.accelerator.backward(loss)
             step_loss += loss.detach() / processes
         if self.args.max_grad_norm > 0:
@@ -391,9 +457,11 @@ class TrainingRun:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        seen_tokens = int(sum(self.plan.lengths[batch].sum() for batch in batches))
+        lengths = self.plan.lengths[np.concatenate(batches)]
+        seen_tokens = int(lengths.sum())
         self.state.train_tokens += seen_tokens
-        return self.accelerator.reduce(step_loss), seen_tokens
+        flops = training_flops(self.unwrapped.config, lengths[:, 0], lengths[:, 1]) if self.peak_tflops else 0.0
+        return step_loss, seen_tokens, flops
 
     def checkpoint_folder(self) -> Path:
         """Where the checkpoint of the current step is (or will be) saved."""
@@ -487,9 +555,10 @@ class TrainingRun:
 
     def training_seconds(self, carried: float, launched: float) -> float:
         """Training time so far: `carried` from the launches before a resume, plus this one's. Under a time budget
-        every process must stop at the same step and set the same learning rate, so the clock furthest on decides."""
+        every process must stop at the same step and set the same learning rate, so with several processes the clock
+        furthest on decides (a reduction every step, which waits for the device; one process reads its own clock)."""
         seconds = carried + self.clock() - launched
-        if self.args.max_train_seconds is None:
+        if self.args.max_train_seconds is None or self.accelerator.num_processes == 1:
             return seconds
         seconds = torch.tensor(seconds, dtype=torch.float32, device=self.accelerator.device)
         return self.accelerator.reduce(seconds, "max").item()
@@ -539,6 +608,7 @@ class TrainingRun:
         progress.close()
         self.state.train_seconds = self.training_seconds(carried, launched)
         self.launch_seconds = self.state.train_seconds - carried
+        self.step_seconds = self.launch_seconds - self.launch_other_seconds
         if interrupt.requested:
             saved = self.checkpoint_folder()
             if not saved.is_dir():
@@ -570,36 +640,61 @@ class TrainingRun:
         )
 
     def train_until_done(self, progress: tqdm, carried: float, launched: float, interrupt) -> None:
-        window_tokens, window_start, self.data_wait = 0, time.time(), 0.0
+        window = SpeedWindow(self.accelerator.device)
+        self.data_wait = 0.0
         while self.state.step < self.args.max_steps and not interrupt.requested:
             # read before the step: the scheduler sets the next step's learning rate from it
             self.state.train_seconds = self.training_seconds(carried, launched)
             if self.out_of_time():
                 break
-            loss, tokens = self.train_step()
+            loss, tokens, flops = self.train_step()
             if self.state.step == self.args.warmup_steps:
                 self.state.warmup_seconds = self.state.train_seconds
-            window_tokens += tokens
+            window.add(loss, tokens, flops)
+            self.launch_tokens += tokens
+            self.launch_flops += flops
             self.advance(progress)
             if self.state.step % self.args.logging_steps == 0 or self.state.step == self.args.max_steps:
-                elapsed = max(time.time() - window_start, 1e-9)
-                rate, data_wait = window_tokens / elapsed, self.data_wait / elapsed
-                learning_rate = self.scheduler.get_last_lr()[0]
-                loss = loss.item()
-                progress.set_postfix(
-                    step=f"{self.state.step}/{self.args.max_steps}",
-                    loss=f"{loss:.3f}",
-                    lr=f"{learning_rate:.2e}",
-                    tok_s=f"{rate:,.0f}",
-                    data_wait=f"{data_wait:.0%}",  # of the time: how much the steps waited for micro-batches
-                )
-                logged = {"train/loss": loss, "train/lr": learning_rate, "train/tokens_per_s": rate}
-                self.accelerator.log({**logged, "train/data_wait": data_wait}, step=self.state.step)
-                window_tokens, window_start, self.data_wait = 0, time.time(), 0.0
+                self.log_window(progress, window)
+                window = SpeedWindow(self.accelerator.device)
             if self.args.save_steps > 0 and self.state.step % self.args.save_steps == 0:
-                self.save_checkpoint()
+                with window.aside(self):
+                    self.save_checkpoint()
             if self.args.eval_steps > 0 and self.state.step % self.args.eval_steps == 0:
-                self.evaluate_and_report(progress)
+                with window.aside(self):
+                    self.evaluate_and_report(progress)
+
+    def log_window(self, progress: tqdm, window: SpeedWindow) -> None:
+        """The progress bar's postfix and the logged scalars of the steps since the last log line: their mean loss
+        (read from the device here, the loop's only wait for it), learning rate, training tokens/s (and MFU on a GPU
+        whose peak is known) over the time the steps took, saves and evaluations left out."""
+        loss = (self.accelerator.reduce(window.loss) / window.steps).item()
+        seconds = window.seconds()  # after the read, when the device has done the window's work
+        rate, data_wait = window.tokens / seconds, self.data_wait / seconds
+        learning_rate = self.scheduler.get_last_lr()[0]
+        postfix = dict(
+            step=f"{self.state.step}/{self.args.max_steps}",
+            loss=f"{loss:.3f}",
+            lr=f"{learning_rate:.2e}",
+            tok_s=f"{rate:,.0f}",
+            data_wait=f"{data_wait:.0%}",  # of the time: how much the steps waited for micro-batches
+        )
+        logged = {"train/loss": loss, "train/lr": learning_rate, "train/tokens_per_s": rate}
+        logged["train/data_wait"] = data_wait
+        if self.peak_tflops:
+            mfu = self.model_flops_utilisation(window.flops, seconds)
+            postfix["mfu"] = f"{mfu:.1%}"
+            logged["train/mfu"] = mfu
+        if self.compiled is not None:
+            postfix["graphs"] = self.compiled.graphs
+            logged["train/compiled_graphs"] = self.compiled.graphs
+        progress.set_postfix(**postfix)
+        self.accelerator.log(logged, step=self.state.step)
+        self.data_wait = 0.0
+
+    def model_flops_utilisation(self, flops: float, seconds: float) -> float:
+        """Model FLOPs per second of every process, as a share of their peak (`flops.py`)."""
+        return flops / max(seconds, 1e-9) / (self.peak_tflops * 1e12 * self.accelerator.num_processes)
 
     def finish(self) -> dict:
         """Average the last checkpoints if asked, write the model folder, score the model, write results.json and
@@ -626,7 +721,14 @@ class TrainingRun:
             "train_tokens": self.state.train_tokens,
             # of this launch's training time, how much went to waiting for micro-batches
             "data_wait_share": round(self.launch_data_wait / max(self.launch_seconds, 1e-9), 4),
+            # this launch's speed over its steps alone, saves and evaluations left out
+            "train_tokens_per_second": round(self.launch_tokens / max(self.step_seconds, 1e-9), 1),
         }
+        if self.peak_tflops:
+            results["mfu"] = round(self.model_flops_utilisation(self.launch_flops, self.step_seconds), 4)
+            results["peak_tflops"] = self.peak_tflops
+        if self.compiled is not None:
+            results["compiled_graphs"] = self.compiled.graphs
         if self.accelerator.device.type == "cuda":
             results["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         if self.start is not None:

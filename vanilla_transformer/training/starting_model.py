@@ -27,11 +27,20 @@ from ..common.model_folder import (
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..tokenization import tokenizer_identity
+from .arguments import COMPUTATION_SWITCHES
 from .checkpoints import CHECKPOINT_PATTERN
 from .output_folder import BEST, CHECKPOINTS
 
-# the switches a fine-tuning run may set anew: they regularise training and change no weight's shape or meaning
-FINETUNE_SWITCHES = ("dropout", "attention_dropout", "activation_dropout", "drop_path_rate", "label_smoothing")
+# the switches a fine-tuning run may set anew: they regularise training, or say how the loss is computed, and change
+# no weight's shape or meaning
+FINETUNE_SWITCHES = (
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "drop_path_rate",
+    "label_smoothing",
+    *COMPUTATION_SWITCHES,
+)
 OUR_MODEL_TYPE = VanillaTransformerConfig.model_type
 
 
