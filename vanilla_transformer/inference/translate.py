@@ -80,6 +80,17 @@ def translate(
     )
 
 
+def check_shortlist(model, tokenizer) -> LexicalShortlist:
+    """The shortlist `model` decodes with (its folder's, or the one set on it), checked as every command and the
+    service check it before any work: readable, the model's vocabulary, and `tokenizer`'s ids (another tokenizer of
+    the same size means other tokens)."""
+    if not hasattr(model, "shortlist"):
+        raise ValueError(f"shortlist=True needs one of this package's models, not a {type(model).__name__}")
+    shortlist = model.shortlist()
+    shortlist.check_tokenizer(tokenizer_identity(tokenizer), "the model's tokenizer")
+    return shortlist
+
+
 def _translate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -98,10 +109,8 @@ def _translate(
     if isinstance(texts, str):
         raise TypeError("translate() takes a list of texts, not a single string: wrap it as [text]")
     check_options(num_beams, max_new_tokens, batch_size, max_input_tokens)
-    if shortlist:  # before any work: the shortlist is there and holds this tokenizer's ids
-        if not hasattr(model, "shortlist"):
-            raise ValueError(f"shortlist=True needs one of this package's models, not a {type(model).__name__}")
-        model.shortlist().check_tokenizer(tokenizer_identity(tokenizer), "the model's tokenizer")
+    if shortlist:  # before any work
+        check_shortlist(model, tokenizer)
     config, generation_config = model.config, model.generation_config
     num_beams = num_beams or generation_config.num_beams or DEFAULT_NUM_BEAMS
     max_new_tokens = max_new_tokens or generation_config.max_new_tokens

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import torch
 
-from ..inference.translate import _length_batches, _truncate
+from ..inference.translate import _length_batches, _truncate, check_shortlist
 from ..lexical_shortlist import SHORTLIST_FILE
 
 DECODINGS = ("greedy", "beam", "sampling")
+# sampling's knobs: (lowest, highest, whether the lowest is excluded). Below 0.01 a temperature scales the logits past
+# what float32 holds, and the probabilities it samples from overflow
+SAMPLING_RANGES = {"temperature": (0.01, 10.0, False), "top_p": (0, 1, True), "top_k": (0, 10_000, False)}
 ENGINES = {"pytorch": "PyTorch float32", "int8": "PyTorch int8", "ctranslate2": "CTranslate2"}
 
 
@@ -90,12 +93,21 @@ class TranslationService:
             self.engines["pytorch"] = self.model
         self.shortlist = (Path(self.folder) / SHORTLIST_FILE).is_file()
         self.vocabulary_map = self.shortlist and (Path(self.folder) / "vmap.txt").is_file()  # an export's shortlist
-        # one length limit for every request, whatever else shares its batch, so that a batch changes no translation
         engine = self.model if self.model is not None else self.engines["ctranslate2"]
+        if (self.model is not None and self.shortlist) or self.vocabulary_map:
+            # at start, as `translate --shortlist` checks it: a damaged file or another tokenizer's ids stop here,
+            # not in every request
+            check_shortlist(engine, self.tokenizer)
+        # one length limit for every request, whatever else shares its batch, so that a batch changes no translation
         positions = _learned_positions(engine.config)
         configured = engine.generation_config.max_new_tokens or math.inf
         self.max_new_tokens = min(self.limits.max_new_tokens, configured, positions)
         self.max_input_tokens = min(self.limits.max_input_tokens, positions)
+
+    @property
+    def default_engine(self) -> str:
+        """The engine a request that names none gets: the first the page shows."""
+        return next(iter(self.engines))
 
     def add_int8(self) -> None:
         """The int8 twin of the PyTorch model (torch's dynamic quantization), as a second engine."""
@@ -138,8 +150,11 @@ class TranslationService:
         if settings.decoding == "sampling":
             if settings.engine == "ctranslate2":
                 raise RequestError("sampling is served with the PyTorch engines")
-            if not (0 < settings.temperature <= 10 and 0 < settings.top_p <= 1 and 0 <= settings.top_k <= 10_000):
-                raise RequestError("sampling takes 0 < temperature <= 10, 0 < top_p <= 1 and 0 <= top_k <= 10000")
+            for name, (low, high, excluded) in SAMPLING_RANGES.items():
+                value = getattr(settings, name)
+                if not (low < value <= high if excluded else low <= value <= high):
+                    lowest = f"{low:g} (excluded)" if excluded else f"{low:g}"
+                    raise RequestError(f"{name}={value!r} is outside {lowest} to {high:g}")
 
     def translate_batch(self, texts: list[str], settings: list[Settings]) -> list[Translation]:
         """Translate requests that arrived together: one generate() call per distinct setting, sentences sorted by
