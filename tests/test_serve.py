@@ -498,7 +498,9 @@ def test_a_body_that_is_not_utf8_is_refused_naming_the_byte(served, service):
 
 def test_a_body_too_big_or_nested_too_deep_is_refused_unread(served, service):
     _, _, port = served
-    limit = 6 * service.limits.max_characters + 4096
+    from vanilla_transformer.serve.server import max_body_bytes
+
+    limit = max_body_bytes(service)
     status, answer = raw_call(port, b'{"text": "' + b"x" * 10_000_000 + b'"}')
     assert (status, answer) == (413, {"error": f"the body is over {limit:,} bytes, more than any request needs"})
     status, answer = raw_call(port, b"[" * 5000 + b"]" * 5000)

@@ -106,8 +106,7 @@ def add_json_api(app, service: TranslationService, batcher: Batcher, access: Acc
         denied = refused(request)
         if denied is not None:
             return denied
-        # the longest text the service takes, each character escaped as JSON may (\\uXXXX), and the settings
-        body = await read_json_object(request, 6 * service.limits.max_characters + 4096)
+        body = await read_json_object(request, max_body_bytes(service))
         if isinstance(body, JSONResponse):
             return body
         allowed = ", ".join(["text", *sorted(SETTING_NAMES)])
@@ -152,6 +151,13 @@ def add_json_api(app, service: TranslationService, batcher: Batcher, access: Acc
 
     app.add_api_route("/api/translate", translate, methods=["POST"])
     app.add_api_route("/api/stats", stats, methods=["GET"])
+
+
+def max_body_bytes(service: TranslationService) -> int:
+    """The most of a body that is read: the longest text the service takes, each character escaped as JSON may
+    (\\uXXXX), with the settings; at least a megabyte, so that a text somewhat too long is still read and told the
+    limit it broke."""
+    return max(2**20, 6 * service.limits.max_characters + 4096)
 
 
 async def read_json_object(request: Request, max_bytes: int) -> dict | JSONResponse:
