@@ -45,10 +45,29 @@ def import_onnx_exporter():
         import onnxscript  # noqa: F401 - torch.onnx.export(dynamo=True) imports it
     except ImportError as error:
         raise MissingExtraError(
-            'the ONNX export needs onnx and onnxscript, which are not installed: pip install "vanilla-transformer[onnx]"'
+            "the ONNX export needs onnx and onnxscript, which are not installed: "
+            'pip install "vanilla-transformer[onnx]"'
         ) from error
     import_onnxruntime()
     return onnx
 
 
-__all__ = ["MissingExtraError", "import_ctranslate2", "import_gradio", "import_onnx_exporter", "import_onnxruntime"]
+def import_sentencex():
+    """The optional `sentencex` sentence segmenter (paragraphs), or an error that names the extra to install."""
+    try:
+        import sentencex
+    except ImportError as error:
+        raise MissingExtraError(
+            'splitting paragraphs into sentences needs sentencex: pip install "vanilla-transformer[paragraphs]"'
+        ) from error
+    return sentencex
+
+
+__all__ = [
+    "import_sentencex",
+    "MissingExtraError",
+    "import_ctranslate2",
+    "import_gradio",
+    "import_onnx_exporter",
+    "import_onnxruntime",
+]

@@ -55,8 +55,9 @@ class DecoderStep(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, encoder_attention_mask: torch.Tensor, *states: torch.Tensor):
         config = self.model.config
-        # the cache the model makes for generate(): its self-attention layers slide with a sliding_window
-        cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache())
+        # plain layers that keep every position: with a sliding_window the mask hides what lies outside it, as with
+        # the model's static cache (a sliding cache's length would be a branch on the input's length)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         if self.first:
             (encoder_hidden_states,) = states
         else:

@@ -82,10 +82,31 @@ def write_sharing_weights(graphs: list[Path], output: Path, weights_file: str) -
 
 def quantize_int8(source: Path, target: Path) -> None:
     """ONNX Runtime's dynamic int8 quantization of one graph: int8 weights (matrix products and embeddings, one scale
-    a tensor), uint8 activations quantized at run time."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    a tensor), uint8 activations quantized at run time.
 
-    quantize_dynamic(source, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gather"])
+    ONNX Runtime's pre-processing comes first: its constant folding turns the transpose of a tied generator's weight
+    into a constant, which the quantizer then quantizes as it does every other matrix product's (without it, the
+    generator dequantized the whole embedding at every step). An embedding is quantized as the matrix products'
+    weights are (int8, symmetric; the quantizer's default for a table is uint8 with a zero point), so that a tied
+    generator's int8 weight is the int8 embedding transposed, and is stored once."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = target.with_suffix(".prepared.onnx")
+    quant_pre_process(source, prepared, skip_symbolic_shape=True)
+    graph = onnx.load(str(prepared), load_external_data=False).graph
+    constants = {tensor.name for tensor in graph.initializer}
+    tables = {node.input[0] for node in graph.node if node.op_type == "Gather" and node.input[0] in constants}
+    overrides = {name: [{"quant_type": QuantType.QInt8, "symmetric": True}] for name in sorted(tables)}
+    quantize_dynamic(
+        prepared,
+        target,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul", "Gather"],
+        extra_options={"TensorQuantOverrides": overrides},
+    )
+    prepared.unlink()
 
 
 __all__ = ["quantize_int8", "write_sharing_weights"]

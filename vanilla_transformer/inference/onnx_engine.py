@@ -71,9 +71,8 @@ class OnnxTranslationModel(PreTrainedModel, GenerationMixin):
         self.encoder = OnnxEncoder(sessions[ONNX_ENCODER_FILE])
         self.first_step = sessions[ONNX_DECODER_FILE]
         self.later_step = sessions[ONNX_DECODER_WITH_PAST_FILE]
-        self.present_names = [output.name for output in self.first_step.get_outputs()][1:]
-        self.past_names = [output.name.replace("present", "past_key_values") for output in self.first_step.get_outputs()]
-        self.past_names = self.past_names[1:]
+        present = [output.name for output in self.first_step.get_outputs()][1:]
+        self.past_names = [name.replace("present", "past_key_values") for name in present]
         self.post_init()
 
     @property
