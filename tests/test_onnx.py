@@ -102,6 +102,24 @@ def test_greedy_and_beam_translations_are_generates(trained_folder, exported):
         assert translate(engine, tokenizer, HELD_OUT, num_beams=beams, max_new_tokens=24) == ours, beams
 
 
+def test_the_greedy_loop_gives_generates_tokens_and_other_settings_go_to_generate(trained_folder, exported):
+    """Plain greedy decoding skips generate()'s loop (onnx_engine.py): its tokens are generate()'s, padding, minimum
+    length and early end included; a setting with a logits processor is generate()'s own."""
+    from transformers import GenerationMixin
+
+    engine, tokenizer = load_onnx(exported)
+    inputs = tokenizer(HELD_OUT[:6], padding=True, return_tensors="pt")
+    for settings in (dict(max_new_tokens=24), dict(max_new_tokens=12, min_new_tokens=9), dict(max_new_tokens=2)):
+        assert engine._plain_greedy_settings(None, {**inputs, **settings}) is not None
+        ours = engine.generate(**inputs, num_beams=1, **settings)
+        expected = GenerationMixin.generate(engine, **inputs, num_beams=1, **settings)
+        assert torch.equal(ours, expected), settings
+    assert engine._plain_greedy_settings(None, {**inputs, "repetition_penalty": 1.3}) is None
+    assert (
+        engine._plain_greedy_settings(None, {**inputs, "output_scores": True, "return_dict_in_generate": True}) is None
+    )
+
+
 def test_each_weight_is_stored_once_and_int8_keeps_the_bleu(trained_folder, exported, exported_int8):
     weights = (trained_folder / "model.safetensors").stat().st_size
     # the tied embedding is read by the encoder, both decoder steps and the generator (transposed), the decoder by

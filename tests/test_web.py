@@ -270,6 +270,20 @@ def test_the_page_in_a_browser_translates_as_greedy_generate_and_fetches_only_it
         server.wait(timeout=30)
 
 
+def test_the_web_benchmark_prints_the_ready_time_the_sentence_time_and_the_sizes(model_folder):
+    browser().quit()  # or a skip, naming what is missing
+    node_modules()
+    command = [sys.executable, "-m", "benchmarks.web", "--model", str(model_folder), "--sentence", PARAGRAPH,
+               "--loads", "1", "--translations", "1"]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| float32") or
+            line.startswith("| int8")]  # fmt: skip
+    assert [row[0] for row in rows] == ["| float32", "| int8"]
+    assert all(float(cell.replace(",", "").rstrip(" |")) > 0 for row in rows for cell in row[1:])
+    assert "int8 model files / float32:" in completed.stdout
+
+
 @pytest.fixture
 def hub_calls(monkeypatch):
     """HfApi's network calls replaced by recorders (as tests/test_hub.py does): every repo and commit."""

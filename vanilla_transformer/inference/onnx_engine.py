@@ -14,10 +14,18 @@ translate(model, tokenizer, ["Ein Hund rennt.", "", "Zwei Männer spielen Fußba
 
 The cache stays in transformers' `EncoderDecoderCache`, holding ONNX Runtime's outputs without a copy (numpy arrays
 seen as tensors); a beam search reorders it as the PyTorch model's does.
+
+Plain greedy decoding (no logits processor beyond a minimum length, no scores asked for) skips generate()'s loop:
+a step of it cost as much as a step of the graphs for one sentence (logits processors, stopping criteria, the
+inspection of the forward's signature), and the page and the service translate one sentence at a time. That loop
+keeps the cache in ONNX Runtime's own values, from one step's outputs to the next step's inputs, and gives the
+tokens generate() gives: the same logits, the end-of-sentence token masked until the minimum length, a finished
+sentence padded until the others end.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -54,6 +62,33 @@ class OnnxEncoder(nn.Module):
             attention_mask = torch.ones_like(input_ids)
         (hidden,) = self.session.run(None, {"input_ids": _int64(input_ids), "attention_mask": _int64(attention_mask)})
         return BaseModelOutput(last_hidden_state=torch.from_numpy(hidden))
+
+
+# generation settings under which generate() decodes greedily with no logits processor but the minimum length: the
+# loop of `OnnxTranslationModel._greedy` gives its tokens (any other setting goes to generate())
+PLAIN_GREEDY_SETTINGS = {
+    "max_length",
+    "max_new_tokens",
+    "min_length",
+    "min_new_tokens",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "use_cache",
+    "num_beams",
+    "do_sample",
+    "num_return_sequences",
+    "early_stopping",
+    "length_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "output_attentions",
+    "output_hidden_states",
+    "transformers_version",
+    "_from_model_config",
+}
 
 
 class OnnxTranslationModel(PreTrainedModel, GenerationMixin):
@@ -105,6 +140,74 @@ class OnnxTranslationModel(PreTrainedModel, GenerationMixin):
         every beam of a sentence (as in the PyTorch model)."""
         cache.self_attention_cache.reorder_cache(beam_idx)
         return cache
+
+    def generate(self, inputs=None, generation_config=None, **kwargs):
+        """transformers' generate(); plain greedy decoding by the loop of `_greedy` (see the module's docstring)."""
+        settings = self._plain_greedy_settings(generation_config, kwargs)
+        if settings is None or (inputs is None and "input_ids" not in kwargs):
+            return super().generate(inputs, generation_config, **kwargs)
+        input_ids = inputs if inputs is not None else kwargs["input_ids"]
+        return self._greedy(input_ids, kwargs.get("attention_mask"), settings)
+
+    def _plain_greedy_settings(self, generation_config, kwargs) -> GenerationConfig | None:
+        """The generation config `kwargs` make of `generation_config`, when it decodes plainly greedily; else None."""
+        if set(kwargs) - {"input_ids", "attention_mask"} - set(GenerationConfig().__dict__):
+            return None  # a model keyword generate() itself must see (encoder_outputs, ...)
+        settings = copy.deepcopy(generation_config or self.generation_config)
+        settings.update(**{name: kwargs[name] for name in kwargs.keys() - {"input_ids", "attention_mask"}})
+        changed = settings.to_diff_dict()
+        plain = (
+            set(changed) <= PLAIN_GREEDY_SETTINGS
+            and settings.num_beams in (None, 1)
+            and not settings.do_sample
+            and settings.num_return_sequences in (None, 1)
+            and not settings.output_attentions
+            and not settings.output_hidden_states
+        )
+        return settings if plain else None
+
+    def _greedy(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, settings) -> torch.Tensor:
+        """Greedy decoding as generate() does it (see the module's docstring): the decoder start token and each
+        sentence's new tokens, a finished one padded."""
+        onnxruntime = import_onnxruntime()
+        value = onnxruntime.OrtValue.ortvalue_from_numpy
+        ids = _int64(input_ids)
+        mask = np.ones_like(ids) if attention_mask is None else _int64(attention_mask)
+        eos = settings.eos_token_id if settings.eos_token_id is not None else self.config.eos_token_id
+        eos = np.array([eos] if isinstance(eos, int) else list(eos or []), dtype=np.int64)
+        pad = settings.pad_token_id if settings.pad_token_id is not None else (int(eos[0]) if len(eos) else 0)
+        start = settings.decoder_start_token_id
+        start = self.config.decoder_start_token_id if start is None else start
+        limit = settings.max_new_tokens if settings.max_new_tokens is not None else settings.max_length - 1
+        shortest = max(settings.min_new_tokens or 0, (settings.min_length or 0) - 1)
+
+        (hidden,) = self.encoder.session.run_with_ort_values(
+            ["last_hidden_state"], {"input_ids": value(ids), "attention_mask": value(mask)}
+        )
+        mask_value = value(mask)
+        tokens = np.full(len(ids), start, dtype=np.int64)
+        generated = [tokens]
+        finished = np.zeros(len(ids), dtype=bool)
+        cache: dict[str, object] = {}
+        for position in range(limit):
+            feeds = {"input_ids": value(np.ascontiguousarray(tokens[:, None])), "encoder_attention_mask": mask_value}
+            session = self.later_step if cache else self.first_step
+            if not cache:
+                feeds["encoder_hidden_states"] = hidden
+            feeds.update(cache)
+            names = [output.name for output in session.get_outputs()]
+            outputs = session.run_with_ort_values(names, feeds)
+            logits = outputs[0].numpy()[:, -1]
+            if position < shortest and len(eos):
+                logits[:, eos] = -np.inf
+            tokens = np.where(finished, pad, logits.argmax(axis=-1)).astype(np.int64)
+            generated.append(tokens)
+            finished |= np.isin(tokens, eos)
+            for name, state in zip(names[1:], outputs[1:], strict=True):
+                cache[name.replace("present", "past_key_values")] = state
+            if finished.all():
+                break
+        return torch.from_numpy(np.stack(generated, axis=1))
 
     def forward(
         self,
