@@ -44,7 +44,13 @@ export class Translator {
 
   // token ids of each text (the tokenizer's special tokens added, as in Python), right-padded into one batch
   batch(texts) {
-    const rows = texts.map((text) => this.tokenizer.encode(text).ids.slice(0, this.page.max_input_tokens));
+    const limit = this.page.max_input_tokens, eos = this.config.eos_token_id;
+    // cut as translate() cuts in Python: the end-of-sentence token the encoder was trained to see last is kept
+    const rows = texts.map((text) => {
+      const ids = this.tokenizer.encode(text).ids;
+      if (ids.length <= limit) return ids;
+      return ids.at(-1) === eos ? [...ids.slice(0, limit - 1), eos] : ids.slice(0, limit);
+    });
     const width = Math.max(...rows.map((row) => row.length));
     const ids = new BigInt64Array(rows.length * width).fill(BigInt(this.config.pad_token_id));
     const mask = new BigInt64Array(rows.length * width);
