@@ -760,14 +760,14 @@ def onnx_models(ours: torch.nn.Module, args: argparse.Namespace) -> tuple[dict[s
             log(f"{name}: export onnx ...")
             output = export_onnx(folder, Path(scratch) / name.replace(" ", "_"), quantize=quantize)
             sizes[name] = sum((output / file).stat().st_size for file in (*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE))
-            loaded[name] = load_onnx(output, threads=args.threads or torch.get_num_threads())[0]
+            loaded[name] = load_onnx(output, threads=args.threads or 0)[0]
     mib = {name: size / MIB for name, size in sizes.items()}
     note = (
         f"ONNX export: graphs and weights {mib['onnx float32']:.1f} MiB in float32, "
         f"{sizes['onnx float32'] / sizes['safetensors']:.3f}x the model's safetensors ({mib['safetensors']:.1f} MiB); "
         f"int8 {mib['onnx int8']:.1f} MiB, {sizes['onnx int8'] / sizes['onnx float32']:.3f}x float32. ONNX Runtime "
-        f"runs the graphs with {args.threads or torch.get_num_threads()} threads inside an operator, behind "
-        "transformers' generate()."
+        f"runs the graphs with {args.threads or 'its default number of'} threads inside an operator (`load_onnx`: "
+        "plain greedy decoding in its own loop, beam search in transformers' generate())."
     )
     return loaded, note
 

@@ -279,6 +279,11 @@ def onnx_session_options(threads: int = 0):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: a missing optional fusion is no news to a user
+    # ONNX Runtime's threads spin for a while after each run, waiting for the next: in a process that also runs other
+    # work (the service's web server, the other engines of a benchmark) they took its cores (MarianMTModel's
+    # generate() ran 20x slower beside idle sessions on 2 cores, docs/experiments/onnx.md)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options
 
 
