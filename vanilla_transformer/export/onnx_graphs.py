@@ -17,6 +17,8 @@ attention: SDPA's `is_causal` flag is a Python bool the exporter cannot leave sy
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import warnings
 from pathlib import Path
 
@@ -97,6 +99,19 @@ def example_inputs(config, batch: int = 2, source: int = 5) -> tuple[torch.Tenso
     return input_ids, attention_mask
 
 
+@contextlib.contextmanager
+def _quiet_exporter():
+    """The exporter logs a warning for each torchvision operator it cannot register (torchvision is not ours to
+    install): errors only, while it runs."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def export_graphs(model: VanillaTransformerForConditionalGeneration, folder: Path) -> list[Path]:
     """The three graphs of `model` (eval mode, eager attention) as self-contained files in `folder`."""
     config = model.config
@@ -142,7 +157,7 @@ def export_graphs(model: VanillaTransformerForConditionalGeneration, folder: Pat
     ]
     written = []
     for name, module, inputs, input_names, output_names, dynamic_shapes in graphs:
-        with warnings.catch_warnings(), torch.no_grad():
+        with warnings.catch_warnings(), torch.no_grad(), _quiet_exporter():
             warnings.simplefilter("ignore")  # the exporter's deprecation notices, which name nothing a user can change
             program = torch.onnx.export(
                 module,
