@@ -49,8 +49,11 @@ SEGMENTER_CASES = [
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory) -> Path:
-    """A small model trained to translate the numbers demo's English into German, with a card naming its languages."""
-    tokenizer = train_tokenizer([sentence for pair in SPLITS["train"] for sentence in pair], vocab_size=400)
+    """A small model trained to translate the numbers demo's English into German, with a card naming its languages;
+    its tokenizer lowercases and splits punctuation off."""
+    # the Multi30k recipe's tokenizer options, which the page's JavaScript tokenizer must apply as Python does
+    sentences = [sentence for pair in SPLITS["train"] for sentence in pair]
+    tokenizer = train_tokenizer(sentences, vocab_size=400, lowercase=True, split_punctuation=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
