@@ -1584,7 +1584,7 @@ def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
         (lambda teacher, data, tmp: ["--train_split", "nope"], r"unknown split 'nope' in \S+: available splits: "),
         (lambda teacher, data, tmp: ["--source_lang", "fr"], r"unknown language 'fr': no \S+train.fr \(or .gz\)"),
         (lambda teacher, data, tmp: ["--chunk_sentences", "0"], r"chunk_sentences=0 must be 1 or more"),
-        (lambda teacher, data, tmp: ["--engine", "onnx"], r"argument --engine: invalid choice: 'onnx'"),
+        (lambda teacher, data, tmp: ["--engine", "tensorrt"], r"argument --engine: invalid choice: 'tensorrt'"),
         (
             lambda teacher, data, tmp: ["--test_split", "", "--translate", "test"],
             r"translate names test, but test_split is empty",

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from ..common.languages import check_languages
 from ..common.model_folder import load_tokenizer
 from ..inference.ctranslate2_engine import load_ctranslate2
+from ..inference.onnx_engine import load_onnx
 from ..inference.translate import _translate, load_for_translation
 from ..tokenization import iter_lines
 from ..training.corpus import FileDigests, default_corpus_cache, read_split, split_source
@@ -160,6 +161,8 @@ def load_translator(args: CorpusTranslationArguments, state):
         compute_type = args.quantize or args.dtype or "default"
         index = state.local_process_index if device == "cuda" else 0
         return load_ctranslate2(args.model, device, compute_type, device_index=index)
+    if args.engine == "onnx":
+        return load_onnx(args.model)
     if device == "cuda":
         device = str(state.device)
     return load_for_translation(args.model, device, args.dtype, args.trust_remote_code, args.quantize)
