@@ -522,8 +522,8 @@ def test_a_field_the_api_does_not_take_is_named(served, service):
     status, answer = json_call(port, {"text": "forty-two", "beams": 4, "lang": "de"})
     assert status == 422
     assert answer["error"] == (
-        "unknown field 'beams', 'lang': a request takes text, decoding, engine, num_beams, seed, temperature, top_k, "
-        "top_p"
+        "unknown field 'beams', 'lang': a request takes text, decoding, engine, num_beams, seed, split_sentences, "
+        "temperature, top_k, top_p"
     )
     still_serving(port, service)
 
@@ -757,3 +757,57 @@ def test_a_service_beyond_loopback_without_login_or_token_warns_once_and_reads_t
     # no flag takes the token itself, not even as an abbreviation of --token-file
     assert main(["serve", "--model", str(model_folder), "--token", "s3cret"]) == 2
     assert "unrecognized arguments: --token" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ paragraphs and the ONNX engine
+
+PARAGRAPH = "forty-two. seven hundred one.  nine thousand.\n\nsixty-six. three hundred thousand."
+
+
+def test_a_paragraph_is_translated_as_its_five_sentences_are_one_by_one_through_the_service_and_both_apis(
+    served, service
+):
+    from vanilla_transformer.common.paragraphs import split_paragraph
+
+    paragraph = split_paragraph(PARAGRAPH, "en")
+    assert len(paragraph.sentences) == 5
+    alone = [service.translate_batch([sentence], [Settings()])[0] for sentence in paragraph.sentences]
+    (together,) = service.translate_batch([PARAGRAPH], [Settings()])
+    assert together.text == paragraph.join([translation.text for translation in alone])
+    assert "\n\n" in together.text  # the paragraph's own line breaks
+    assert together.tokens == [token for translation in alone for token in translation.tokens]
+    (whole,) = service.translate_batch([PARAGRAPH], [Settings(split_sentences=False)])
+    assert whole.tokens != together.tokens  # one sentence of the whole text: what splitting avoids
+
+    _, client, port = served
+    assert json_call(port, {"text": PARAGRAPH})[1]["translation"] == together.text
+    assert json_call(port, {"text": PARAGRAPH, "split_sentences": False})[1]["translation"] == whole.text
+    assert json_call(port, {"text": PARAGRAPH, "split_sentences": "no"}) == (
+        422,
+        {"error": "split_sentences='no' must be true or false"},
+    )
+    assert translate_call(client, PARAGRAPH)[0] == together.text  # the page's API splits too
+
+
+def test_an_onnx_export_is_served_with_the_models_tokens_and_answers_a_request_naming_no_engine(model_folder, tmp_path):
+    pytest.importorskip("onnxruntime", reason='the ONNX engine is optional: pip install ".[onnx]"')
+    pytest.importorskip("onnxscript", reason='the ONNX export is optional: pip install ".[onnx]"')
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from vanilla_transformer.export import export_onnx
+    from vanilla_transformer.serve.server import start_server
+
+    exported = TranslationService(export_onnx(model_folder, tmp_path / "onnx"))
+    assert list(exported.engines) == ["onnx"] and exported.model is None
+    ours = TranslationService(model_folder)
+    for settings in (Settings("greedy", engine="onnx"), Settings("beam", 3, engine="onnx")):
+        (result,) = exported.translate_batch([SENTENCE], [settings])
+        (expected,) = ours.translate_batch([SENTENCE], [Settings(settings.decoding, settings.num_beams)])
+        assert result.tokens == expected.tokens
+        torch.testing.assert_close(result.probabilities, expected.probabilities, rtol=1e-4, atol=1e-6)
+    port = free_port()
+    page = start_server(exported, [], "onnx", "127.0.0.1", port, block=False)
+    try:
+        status, answer = json_call(port, {"text": SENTENCE})
+        assert status == 200 and answer["tokens"] == ours.translate_batch([SENTENCE], [Settings()])[0].tokens
+    finally:
+        page.close()

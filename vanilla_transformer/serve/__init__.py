@@ -10,7 +10,7 @@ from pathlib import Path
 from ..common.extras import import_gradio
 from .access import LOGINS_VARIABLE, TOKEN_VARIABLE, Access
 from .batching import QUEUE_SIZE
-from .service import Limits
+from .service import ENGINES, Limits
 
 
 def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
@@ -127,9 +127,11 @@ def serve_model(
     torch.set_num_threads(threads or default_threads())
     if int8:
         if service.model is None:
+            how = {"ctranslate2": "export ctranslate2 --quantization int8", "onnx": "export onnx --quantize int8"}
+            kind = service.default_engine
             raise ValueError(
-                f"--quantize int8 quantizes a PyTorch model, and {model} is a CTranslate2 export: quantize it when "
-                "exporting it (export ctranslate2 --quantization int8)"
+                f"--quantize int8 quantizes a PyTorch model, and {model} is a {ENGINES[kind]} export: quantize it "
+                f"when exporting it ({how[kind]})"
             )
         service.add_int8()
     warning = access.warning(address[0], share)

@@ -1,8 +1,9 @@
 """The page: a Gradio Blocks app over a `TranslationService`.
 
 Tab "Translate": a text box and a Translate button; greedy, beam or sampling with their settings; the engine; the
-translation with each new token's probability; and, for the translation shown, the cross-attention alignment and the
-encoder and decoder self-attention with a layer and head picker (all heads as small multiples, one head large).
+translation (a paragraph as its sentences) with each new token's probability; and, for the translation shown, the
+cross-attention alignment and the encoder and decoder self-attention with a layer and head picker (all heads as small
+multiples, one head large).
 Tab "Positions and masks": the model's positions and the masks of the sentence. The examples under the box come from
 the model card or the model's validation set.
 
@@ -161,8 +162,8 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
                     head = gr.Dropdown(numbered(sizes("cross")[1]), value="0", label="Head (large)", elem_id="head")
                 all_heads = gr.Plot(label="All heads of the layer", elem_id="all-heads")
                 one_head = gr.Plot(label="One head", elem_id="one-head")
-            else:  # a CTranslate2 export: its weights are not a PyTorch model that returns attention
-                gr.Markdown("The pictures need the PyTorch model: serve the model folder, not its CTranslate2 export.")
+            else:  # an export: its weights are not a PyTorch model that returns attention
+                gr.Markdown("The pictures need the PyTorch model: serve the model folder, not its export.")
         if model is not None:
             with gr.Tab("Positions and masks"):
                 positions_plot = gr.Plot(label="The model's positions")

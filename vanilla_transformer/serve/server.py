@@ -24,7 +24,7 @@ from .service import RequestError, Settings, TranslationService
 logger = logging.getLogger(__name__)
 SETTING_NAMES = {field.name for field in dataclasses.fields(Settings)}
 DEFAULTS = Settings()
-TYPE_NAMES = {int: "an integer", float: "a number", str: "a string"}
+TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
