@@ -24,7 +24,7 @@ and weight copy; generate() greedy and beam 4 on 32 sentences, and CTranslate2 o
 With --onnx, our random-weight model exported by `vanilla-transformer export onnx` (float32, and int8 by ONNX Runtime's
 dynamic quantization) generates through `load_onnx` (ONNX Runtime behind transformers' generate()), beside the
 others, and a row times greedy decoding one sentence at a time (--one-at-a-time sentences, each its own generate()
-call: the page's and the service's case), in ms a sentence; a note gives the export's file sizes against the
+call, as an interactive user sends them), in ms a sentence; a note gives the export's file sizes against the
 model's safetensors.
 
 With --shortlist, our model also generates with a lexical shortlist (`generate(use_shortlist=True)`), and with --ct2

@@ -69,14 +69,17 @@ def bleu(hypotheses) -> float:
 
 
 def test_logits_are_the_models_with_padding_in_the_batch(trained_folder, exported, tokenizer):
-    """Each step's logits of ONNX Runtime, the cache carried from step to step, against one teacher-forced pass of
-    the PyTorch model, on a batch whose sources are padded."""
     model, _ = load_for_translation(trained_folder)
     engine, _ = load_onnx(exported)
     sources = tokenizer(HELD_OUT[:4], padding=True, return_tensors="pt")
     assert (sources["attention_mask"] == 0).any()  # padding in the batch
     targets = tokenizer(REFERENCES[:4], padding=True, return_tensors="pt")["input_ids"]
-    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(targets)
+    assert stepwise_difference(model, engine, sources, model.prepare_decoder_input_ids_from_labels(targets)) < 1e-4
+
+
+def stepwise_difference(model, engine, sources, decoder_input_ids) -> float:
+    """The largest difference between each step's logits of ONNX Runtime, the cache carried from step to step, and
+    one teacher-forced pass of the PyTorch model."""
     with torch.no_grad():
         expected = model(**sources, decoder_input_ids=decoder_input_ids).logits
     encoded = engine.get_encoder()(**sources)
@@ -90,7 +93,7 @@ def test_logits_are_the_models_with_padding_in_the_batch(trained_folder, exporte
         )
         cache = output.cache
         steps.append(output.logits[:, -1])
-    assert (torch.stack(steps, dim=1) - expected).abs().max() < 1e-4
+    return float((torch.stack(steps, dim=1) - expected).abs().max())
 
 
 def test_greedy_and_beam_translations_are_generates(trained_folder, exported):
@@ -114,6 +117,11 @@ def test_the_greedy_loop_gives_generates_tokens_and_other_settings_go_to_generat
         ours = engine.generate(**inputs, num_beams=1, **settings)
         expected = GenerationMixin.generate(engine, **inputs, num_beams=1, **settings)
         assert torch.equal(ours, expected), settings
+    # without a mask or a length limit generate() derives them (from the padding, from its default): its own loop
+    for leaving_out in ("attention_mask", "max_new_tokens"):
+        settings = {**inputs, "max_new_tokens": 12}
+        del settings[leaving_out]
+        assert torch.equal(engine.generate(**settings), GenerationMixin.generate(engine, **settings)), leaving_out
     assert engine._plain_greedy_settings(None, {**inputs, "repetition_penalty": 1.3}) is None
     assert (
         engine._plain_greedy_settings(None, {**inputs, "output_scores": True, "return_dict_in_generate": True}) is None
@@ -138,9 +146,8 @@ def test_each_weight_is_stored_once_and_int8_keeps_the_bleu(trained_folder, expo
         assert abs(score - reference) <= INT8_BLEU_TOLERANCE, (beams, reference, score)
 
 
-# every switch ONNX can express, each value in one combination or more; random weights, so greedy and beam decide
-# among close scores
-# (the paper's switches: the trained model above)
+# every switch ONNX can express, each value in one combination or more (the paper's switches: the trained model
+# above); random weights, so the logits are compared step by step and the searches by their ids
 EXPRESSIBLE = {
     "pre-rope-ntk-rmsnorm-gqa-swiglu-sliding": dict(
         norm_placement="pre",
@@ -202,10 +209,15 @@ def test_every_expressible_switch_exports_exactly(switches, tokenizer, tmp_path)
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     engine, _ = load_onnx(export_onnx(tmp_path / "model", tmp_path / "onnx"))
-    # 12 new tokens: past the sliding windows, so that the cache slides
+    sources = tokenizer(HELD_OUT[:6], padding=True, return_tensors="pt")
+    # 12 decoder steps: past the sliding windows, so that the cache slides
+    decoder_input_ids = torch.randint(5, len(tokenizer), (6, 12), generator=torch.Generator().manual_seed(2))
+    decoder_input_ids[:, 0] = config.decoder_start_token_id
+    assert stepwise_difference(model, engine, sources, decoder_input_ids) < 1e-4
     for beams in (1, 3):
-        ours = translate(model, tokenizer, HELD_OUT[:12], num_beams=beams, max_new_tokens=12)
-        assert translate(engine, tokenizer, HELD_OUT[:12], num_beams=beams, max_new_tokens=12) == ours, beams
+        with torch.no_grad():
+            ours = model.generate(**sources, num_beams=beams, max_new_tokens=12, min_new_tokens=12)
+        assert torch.equal(engine.generate(**sources, num_beams=beams, max_new_tokens=12, min_new_tokens=12), ours)
 
 
 def test_a_switch_onnx_lacks_is_refused_by_name_before_anything_is_written(tokenizer, tmp_path, capsys):

@@ -91,7 +91,7 @@ def test_a_ctranslate2_export_is_served_with_its_tokens_probabilities(model_fold
     (ours,) = TranslationService(model_folder).translate_batch([SENTENCE], [Settings("greedy")])
     assert result.tokens == ours.tokens  # the export translates as the model does, cut at the same length
     torch.testing.assert_close(result.probabilities, ours.probabilities, rtol=1e-3, atol=1e-5)
-    with pytest.raises(RequestError, match="sampling is served with the PyTorch engines"):
+    with pytest.raises(RequestError, match="sampling is not served with CTranslate2: choose another engine"):
         exported.translate_batch([SENTENCE], [Settings("sampling", engine="ctranslate2")])
 
     pytest.importorskip("gradio", reason='the page needs ".[serve]"')
@@ -127,6 +127,7 @@ def test_the_int8_engine_translates_as_translate_quantize_int8_does(model_folder
     "text, settings, named",
     [
         ("word " * 10_000, Settings(), "the text has 10,000 words; this service translates at most 50"),
+        ("go. " * 40, Settings(), "the text has 40 sentences; this service translates at most 32 a request"),
         ("forty-two", Settings("beam", 0), "num_beams=0 is outside 1 to 6"),
         ("forty-two", Settings("beam", 1000), "num_beams=1000 is outside 1 to 6"),
         ("forty-two", Settings(engine="ctranslate2"), "engine 'ctranslate2' is not served here"),
@@ -467,8 +468,8 @@ def raw_call(port: int, content: bytes, headers: dict | None = None, path: str =
 
 def still_serving(port: int, service) -> None:
     expected = service.translate_batch(["forty-two"], [Settings("greedy")])[0].text
-    assert json_call(port, {"text": "forty-two"}) == (200, json_call(port, {"text": "forty-two"})[1])
-    assert json_call(port, {"text": "forty-two"})[1]["translation"] == expected
+    status, answer = json_call(port, {"text": "forty-two"})
+    assert status == 200 and answer["translation"] == expected
 
 
 def test_a_temperature_so_small_that_the_probabilities_overflow_is_refused_naming_its_range(served, service):
@@ -696,10 +697,12 @@ def test_a_token_guards_the_json_api_and_logins_the_page(service, tmp_path):
     try:
         url = f"http://127.0.0.1:{port}"
         body = json.dumps({"text": "forty-two"})
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + "eA=="}):
+        malformed = {"Authorization": b"Basic \xfc"}  # not base64, not even ASCII
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + "eA=="}, malformed):
             response = httpx.post(f"{url}/api/translate", content=body, headers=headers, timeout=60)
             assert response.status_code == 401 and "translation" not in response.json(), headers
-            assert response.headers["www-authenticate"] == "Bearer"
+            assert response.headers["www-authenticate"] == 'Bearer, Basic realm="vanilla-transformer"'
+        assert "s3cret" not in repr(access) and "lovelace" not in repr(access)
         assert httpx.get(f"{url}/api/stats", timeout=60).status_code == 401
         expected = service.translate_batch(["forty-two"], [Settings()])[0].text
         for authorization in ("Bearer s3cret-token", "Basic " + base64.b64encode(b"ada:lovelace").decode()):

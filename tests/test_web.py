@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import train_number_translator
+from helpers import tiny_config, train_number_translator
 from huggingface_hub import CommitInfo, HfApi
 from huggingface_hub.hf_api import RepoUrl
 
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, main
+from vanilla_transformer.common.model_folder import load_tokenizer
 from vanilla_transformer.common.paragraphs import split_paragraph, translate_paragraphs
 from vanilla_transformer.demo.number_words import demo_splits
 from vanilla_transformer.inference import load_for_translation, translate
@@ -236,6 +238,30 @@ def test_the_page_in_a_browser_translates_as_greedy_generate_and_fetches_only_it
             SENTENCE,
         )
         assert found == expected
+        # generate()'s minimum length and length limit, as in Python
+        shortest = driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "window.translator.page.min_new_tokens = arguments[1];"
+            "window.translator.generate([arguments[0]], arguments[1] + 2).then((ids) => done(ids[0]));",
+            SENTENCE,
+            len(expected) + 3,
+        )
+        driver.execute_script("window.translator.page.min_new_tokens = 0;")
+        with torch.no_grad():
+            longer = model.generate(
+                **inputs, num_beams=1, min_new_tokens=len(expected) + 3, max_new_tokens=len(expected) + 5
+            )
+        assert shortest == [token for token in longer[0, 1:].tolist() if token != tokenizer.pad_token_id]
+        # a translation that fails in the page is said there, and the page stays usable
+        driver.execute_script(
+            "window.generate = window.translator.generate;"
+            "window.translator.generate = async () => { throw new Error('out of memory'); };"
+        )
+        button.click()
+        wait.until(lambda d: "failed" in d.find_element(By.ID, "time").text)
+        assert driver.find_element(By.ID, "time").text == "The translation failed: out of memory"
+        assert button.is_enabled()
+        driver.execute_script("window.translator.generate = window.generate;")
         # a paragraph in the page is its sentences, as in Python
         paragraph = driver.execute_async_script(
             "const done = arguments[arguments.length - 1];"
@@ -328,3 +354,40 @@ def test_push_with_a_static_space_pushes_the_model_then_the_page(model_folder, h
         with pytest.raises(ValueError, match=said):
             args.func(args)
     assert hub_calls["repos"] == []  # refused before the model was pushed
+
+
+def test_export_web_refuses_a_folder_the_page_would_translate_otherwise_and_fills_an_empty_folder(
+    model_folder, tmp_path
+):
+    marian_like = Path(shutil.copytree(model_folder, tmp_path / "sentencepiece"))
+    (marian_like / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="has no tokenizer.json, which the page's tokenizer"):
+        export_web(marian_like, tmp_path / "refused")
+    forbidding = Path(shutil.copytree(model_folder, tmp_path / "forbidding"))
+    generation = json.loads((forbidding / "generation_config.json").read_text())
+    (forbidding / "generation_config.json").write_text(json.dumps({**generation, "bad_words_ids": [[5]]}))
+    with pytest.raises(ValueError, match="generation config sets bad_words_ids, which the page's greedy decoding"):
+        export_web(forbidding, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()  # refused before anything is written
+
+    (tmp_path / "empty").mkdir()  # an empty folder given as the output is filled
+    site = export_web(model_folder, tmp_path / "empty")
+    page = json.loads((site / "translator.json").read_text())
+    assert page["max_new_tokens"] == generation.get("max_new_tokens") and page["min_new_tokens"] == 0
+
+
+def test_a_learned_position_table_caps_what_the_page_reads_and_writes(model_folder, tmp_path):
+    tokenizer = load_tokenizer(model_folder)
+    config = tiny_config(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        position_embedding_type="learned",
+        max_position_embeddings=12,
+    )
+    VanillaTransformerForConditionalGeneration(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    page = json.loads((export_web(tmp_path / "model", tmp_path / "site") / "translator.json").read_text())
+    assert page["max_new_tokens"] == 12 and page["max_input_tokens"] == 12

@@ -144,7 +144,11 @@ class OnnxTranslationModel(PreTrainedModel, GenerationMixin):
     def generate(self, inputs=None, generation_config=None, **kwargs):
         """transformers' generate(); plain greedy decoding by the loop of `_greedy` (see the module's docstring)."""
         settings = self._plain_greedy_settings(generation_config, kwargs)
-        if settings is None or (inputs is None and "input_ids" not in kwargs):
+        # the loop's own inputs: the ids, their mask (generate() would derive one from the padding) and a length
+        # limit (generate() would take its default)
+        ids_given = inputs is not None or "input_ids" in kwargs
+        limited = settings is not None and (settings.max_new_tokens is not None or settings.max_length is not None)
+        if not (ids_given and limited and kwargs.get("attention_mask") is not None):
             return super().generate(inputs, generation_config, **kwargs)
         input_ids = inputs if inputs is not None else kwargs["input_ids"]
         return self._greedy(input_ids, kwargs.get("attention_mask"), settings)
@@ -166,13 +170,13 @@ class OnnxTranslationModel(PreTrainedModel, GenerationMixin):
         )
         return settings if plain else None
 
-    def _greedy(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, settings) -> torch.Tensor:
+    def _greedy(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings) -> torch.Tensor:
         """Greedy decoding as generate() does it (see the module's docstring): the decoder start token and each
         sentence's new tokens, a finished one padded."""
         onnxruntime = import_onnxruntime()
         value = onnxruntime.OrtValue.ortvalue_from_numpy
         ids = _int64(input_ids)
-        mask = np.ones_like(ids) if attention_mask is None else _int64(attention_mask)
+        mask = _int64(attention_mask)
         eos = settings.eos_token_id if settings.eos_token_id is not None else self.config.eos_token_id
         eos = np.array([eos] if isinstance(eos, int) else list(eos or []), dtype=np.int64)
         pad = settings.pad_token_id if settings.pad_token_id is not None else (int(eos[0]) if len(eos) else 0)

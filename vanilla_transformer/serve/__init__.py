@@ -29,6 +29,9 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
         "--quantize", choices=["int8"], help="also offer the model with int8 linear layers (as translate --quantize)"
     )
     parser.add_argument("--max-words", type=int, default=Limits.max_words, help="longest text a request may send")
+    parser.add_argument(
+        "--max-sentences", type=int, default=Limits.max_sentences, help="most sentences of a paragraph a request sends"
+    )
     parser.add_argument("--max-beams", type=int, default=Limits.max_beams)
     parser.add_argument(
         "--max-batch-size", type=int, default=Limits.max_batch_size, help="requests translated in one generate() call"
@@ -64,7 +67,7 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    for name in ("max_words", "max_beams", "max_batch_size", "port", "queue_size", "threads"):
+    for name in ("max_words", "max_sentences", "max_beams", "max_batch_size", "port", "queue_size", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
     if args.port > 65535:
@@ -73,6 +76,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-wait-ms={args.max_wait_ms} must be between 0 and 10000")
     limits = Limits(
         max_words=args.max_words,
+        max_sentences=args.max_sentences,
         max_beams=args.max_beams,
         max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms,
@@ -121,10 +125,11 @@ def serve_model(
         raise OSError(problem)
 
     # the model first: a folder that does not load stops here, in one line, before any page is started
-    service = TranslationService(model, limits, trust_remote_code=trust_remote_code)
     # the web server handles every request in Python beside the model: a core of its own serves more requests a
     # second than a second thread of the model's products (docs/experiments/serve.md)
-    torch.set_num_threads(threads or default_threads())
+    threads = threads or default_threads()
+    service = TranslationService(model, limits, trust_remote_code=trust_remote_code, threads=threads)
+    torch.set_num_threads(threads)
     if int8:
         if service.model is None:
             how = {"ctranslate2": "export ctranslate2 --quantization int8", "onnx": "export onnx --quantize int8"}

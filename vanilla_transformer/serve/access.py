@@ -7,21 +7,20 @@ translate and look inside the model: fine on 127.0.0.1, the default, and warned 
 from __future__ import annotations
 
 import base64
-import binascii
 import hmac
+import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TOKEN_VARIABLE = "VANILLA_TRANSFORMER_TOKEN"
 LOGINS_VARIABLE = "VANILLA_TRANSFORMER_LOGINS"  # user:password, one login a line
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
 class Access:
-    token: str | None = None
-    logins: tuple[tuple[str, str], ...] = ()
+    token: str | None = field(default=None, repr=False)  # never in a log or a traceback's locals
+    logins: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def read(cls, token_file: Path | None = None, logins_file: Path | None = None, environ=None) -> Access:
@@ -49,14 +48,20 @@ class Access:
         if scheme.lower() == "bearer" and self.token is not None:
             return hmac.compare_digest(credentials.encode(), self.token.encode())
         if scheme.lower() == "basic" and self.logins:
-            try:
+            try:  # ValueError: not base64 (binascii.Error), not ASCII, or not UTF-8 once decoded
                 user, _, password = base64.b64decode(credentials, validate=True).decode("utf-8").partition(":")
-            except (binascii.Error, UnicodeDecodeError):
+            except ValueError:
                 return False
             # every login compared, so that the time taken tells nothing of which user exists
             matches = [_same(user, known) & _same(password, secret) for known, secret in self.logins]
             return any(matches)
         return False
+
+    def challenge(self) -> str:
+        """The WWW-Authenticate header of a 401: the schemes this service takes."""
+        return ", ".join(
+            (["Bearer"] if self.token else []) + (['Basic realm="vanilla-transformer"'] if self.logins else [])
+        )
 
     def refusal(self) -> str:
         """What a request without the right credentials is told (no hint of what they are)."""
@@ -68,7 +73,7 @@ class Access:
     def warning(self, host: str | None, share: bool) -> str | None:
         """One line for a service that listens beyond this machine without a login for the page or a token for
         the JSON API, or None."""
-        public = share or (host not in (None, *LOOPBACK))
+        public = share or not _loopback(host)
         if not public:
             return None
         where = "a public share link" if share else f"{host}"
@@ -80,11 +85,25 @@ class Access:
         return f"warning: serving on {where}, and {' and '.join(missing)}: anyone who can reach it may use the model"
 
 
+def _loopback(host: str | None) -> bool:
+    """Whether `host` is this machine only (None: Gradio's default, 127.0.0.1)."""
+    if host is None or host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:  # a name: whatever it resolves to, it was asked for by name
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def _read(path: Path, flag: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         raise OSError(f"{flag} {path} cannot be read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:  # the text is not shown: it may hold a password
+        raise ValueError(f"{flag} {path} is not UTF-8 text (byte {error.start})") from None
 
 
 def _logins(text: str, where: str) -> tuple[tuple[str, str], ...]:

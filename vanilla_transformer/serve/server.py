@@ -80,6 +80,8 @@ def why_not_listening(host: str, port: int) -> str | None:
     except socket.gaierror as error:
         return f"--host {host}: no such address ({error.strerror})"
     with socket.socket(address[0], socket.SOCK_STREAM) as probe:
+        # as uvicorn binds: a port left in TIME_WAIT by a server just stopped is free to it
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address[4])
         except OSError as error:
@@ -97,7 +99,7 @@ def add_json_api(app, service: TranslationService, batcher: Batcher, access: Acc
     def refused(request: Request) -> JSONResponse | None:
         if access.allows(request.headers.get("authorization")):
             return None
-        return JSONResponse({"error": access.refusal()}, 401, headers={"WWW-Authenticate": "Bearer"})
+        return JSONResponse({"error": access.refusal()}, 401, headers={"WWW-Authenticate": access.challenge()})
 
     async def translate(request: Request) -> JSONResponse:
         """{"text": ..., and any of Settings' fields} -> {"translation", "tokens", "probabilities"}. A body that is

@@ -8,6 +8,7 @@ A request's text is never interpreted: it goes to the tokenizer and comes back a
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ class Limits:
     max_input_tokens: int = 256
     max_new_tokens: int = 256
     max_beams: int = 8
+    # a paragraph's sentences: each may run to max_new_tokens, so a text of many short ones is bounded here
+    max_sentences: int = 32
     max_batch_size: int = 16  # requests translated in one generate() call
     max_wait_ms: float = 5.0  # how long a lone request waits for others to share its generate() call
 
@@ -80,7 +83,14 @@ class RequestError(ValueError):
 class TranslationService:
     """One model folder (or CTranslate2 or ONNX export) and the engines it can run, serving `translate_batch`."""
 
-    def __init__(self, folder: str | Path, limits: Limits | None = None, trust_remote_code: bool = False):
+    def __init__(
+        self,
+        folder: str | Path,
+        limits: Limits | None = None,
+        trust_remote_code: bool = False,
+        threads: int | None = None,
+    ):
+        """`threads`: ONNX Runtime's, for an ONNX export (PyTorch's are the process's: `torch.set_num_threads`)."""
         from ..inference.ctranslate2_engine import load_ctranslate2
         from ..inference.onnx_engine import is_onnx_export, load_onnx
         from ..inference.translate import load_for_translation
@@ -94,7 +104,7 @@ class TranslationService:
         if (Path(self.folder) / "model.bin").is_file():  # an export: its engine is the only one
             self.engines["ctranslate2"], self.tokenizer = load_ctranslate2(self.folder, "cpu")
         elif is_onnx_export(self.folder):
-            self.engines["onnx"], self.tokenizer = load_onnx(self.folder)
+            self.engines["onnx"], self.tokenizer = load_onnx(self.folder, threads or 0)
         else:
             self.model, self.tokenizer = load_for_translation(
                 self.folder, device="cpu", trust_remote_code=trust_remote_code
@@ -152,6 +162,11 @@ class TranslationService:
             text.encode("utf-8")
         except UnicodeEncodeError as error:  # a lone surrogate, which JSON can carry and no tokenizer encodes
             raise RequestError(f"the text is not valid Unicode at character {error.start}") from None
+        sentences = len(self._paragraph(text, settings).sentences)
+        if sentences > limits.max_sentences:
+            raise RequestError(
+                f"the text has {sentences} sentences; this service translates at most {limits.max_sentences} a request"
+            )
         if not 0 <= settings.seed < 2**63:
             raise RequestError(f"seed={settings.seed} is outside 0 to 2**63 - 1")
         if settings.engine not in self.engines:
@@ -162,7 +177,7 @@ class TranslationService:
             raise RequestError(f"num_beams={settings.num_beams} is outside 1 to {limits.max_beams}")
         if settings.decoding == "sampling":
             if settings.engine == "ctranslate2":
-                raise RequestError("sampling is served with the PyTorch engines")
+                raise RequestError("sampling is not served with CTranslate2: choose another engine")
             for name, (low, high, excluded) in SAMPLING_RANGES.items():
                 value = getattr(settings, name)
                 if not (low < value <= high if excluded else low <= value <= high):
@@ -200,8 +215,8 @@ class TranslationService:
         return results  # type: ignore[return-value]
 
     def _paragraph(self, text: str, settings: Settings) -> Paragraph:
-        if settings.split_sentences:
-            return split_paragraph(text, self.source_language)
+        if settings.split_sentences:  # split when checked, and the split kept for the translation
+            return _split(text, self.source_language)
         return Paragraph((text,) if text.strip() else (), ("", "") if text.strip() else (text,))
 
     def _translate(self, settings: Settings, texts: list[str]) -> list[Translation]:
@@ -276,6 +291,11 @@ class TranslationService:
             chosen = [*tokens, tokenizer.eos_token] if ended else list(tokens)
             done.append(Translation(text, chosen, [math.exp(p) for p in score.log_probs[: len(chosen)]]))
         return done
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(text: str, language: str) -> Paragraph:
+    return split_paragraph(text, language)
 
 
 def _learned_positions(config) -> int | float:

@@ -53,7 +53,7 @@ def trained_parts(train_args) -> dict:
         settings.update(lora_alpha=None, lora_dropout=None, lora_targets=None)
     else:
         settings["lora_targets"] = sorted(settings["lora_targets"])
-        settings["lora_alpha"] = float(train_args.lora_alpha or 2 * train_args.lora_r)  # add_lora's default
+        settings["lora_alpha"] = float(lora_alpha(train_args.lora_alpha, train_args.lora_r))
     return settings
 
 
@@ -91,6 +91,11 @@ def _flag_value(value) -> str:
     if value is None or value == []:
         return "(none)"
     return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def lora_alpha(alpha: float | None, rank: int) -> float:
+    """LoRA's scale numerator: `alpha`, by default twice the rank."""
+    return 2 * rank if alpha is None else alpha
 
 
 def check_peft_installed() -> None:
@@ -139,7 +144,7 @@ def add_lora(model, rank: int, alpha: float | None, dropout: float, targets: lis
         raise ValueError(f"lora_targets {', '.join(absent)}: the model has no such projection; it has {available}")
     config = peft.LoraConfig(
         r=rank,
-        lora_alpha=2 * rank if alpha is None else alpha,
+        lora_alpha=lora_alpha(alpha, rank),
         lora_dropout=dropout,
         target_modules=list(targets),
         task_type=peft.TaskType.SEQ_2_SEQ_LM,

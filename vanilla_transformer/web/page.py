@@ -19,8 +19,12 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
+from transformers import GenerationConfig
+
+from ..common.languages import declared_languages
 from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder
 from ..export.onnx_export import EXPORT_INFO_FILE, export_onnx
+from ..inference.onnx_engine import PLAIN_GREEDY_SETTINGS
 
 CDN = "https://cdn.jsdelivr.net/npm/{package}@{version}/{path}"
 MODEL_FOLDER = "model"
@@ -78,21 +82,38 @@ def _asset_urls(offline_assets: bool, node_modules: Path | None, output: Path) -
     return urls
 
 
-def _card_details(folder: Path) -> tuple[str | None, str]:
-    """The source language and the first example sentence a model card lists, when there is a card."""
+def _first_example(folder: Path) -> str:
+    """The first example sentence the model card lists (its widget), or ""."""
     from huggingface_hub import ModelCard
 
     card = folder / "README.md"
     if not card.is_file():
-        return None, ""
+        return ""
     try:
         metadata = ModelCard.load(card).data.to_dict()
     except Exception:  # noqa: BLE001 - a card is documentation: one that does not parse says nothing
-        return None, ""
-    languages = metadata.get("language")
-    language = languages[0] if isinstance(languages, list) and languages and isinstance(languages[0], str) else None
+        return ""
     examples = [entry.get("text") for entry in metadata.get("widget") or [] if isinstance(entry, dict)]
-    return language, next((text for text in examples if isinstance(text, str)), "")
+    return next((text for text in examples if isinstance(text, str)), "")
+
+
+def check_page_can_decode(model: Path) -> None:
+    """The page reads the tokenizer from tokenizer.json and decodes greedily as generate() does under the generation
+    settings of the ONNX engine's own loop (its beam and sampling settings aside: the page decodes greedily); a folder
+    it would translate otherwise than Python is refused, naming why."""
+    if not (model / "tokenizer.json").is_file():
+        raise ValueError(
+            f"{model} has no tokenizer.json, which the page's tokenizer (tokenizers in JavaScript) reads: a Marian "
+            "folder's SentencePiece tokenizer has none; the page takes our own folders"
+        )
+    if (model / "generation_config.json").is_file():
+        settings = GenerationConfig.from_pretrained(model).to_diff_dict()
+        unapplied = sorted(set(settings) - PLAIN_GREEDY_SETTINGS)
+        if unapplied:
+            raise ValueError(
+                f"{model}'s generation config sets {', '.join(unapplied)}, which the page's greedy decoding does not "
+                "apply: it would translate otherwise than generate(); remove them from generation_config.json"
+            )
 
 
 def export_web(
@@ -115,9 +136,10 @@ def export_web(
         raise ValueError(f"{model} is an ONNX export already: its precision is its own (no --quantize)")
     if not exported and not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model} is neither a model folder nor an ONNX export (`export onnx` writes one)")
+    check_page_can_decode(model)
     if output.exists() and force:
         shutil.rmtree(output)
-    output.mkdir(parents=True)
+    output.mkdir(parents=True, exist_ok=True)  # an empty folder given, or left by an export that failed
     if exported:
         (output / MODEL_FOLDER).mkdir()
         for name in (*PAGE_MODEL_FILES, "config.json", "generation_config.json", EXPORT_INFO_FILE, "README.md"):
@@ -129,18 +151,22 @@ def export_web(
     folder = output / MODEL_FOLDER
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
-    card_language, example = _card_details(folder)
-    language = language or card_language or "en"
+    example = _first_example(folder)
+    # sentencex's rules for the source language the model declares, as serve takes them (else its generic rules)
+    declared = declared_languages(str(folder), None)
+    language = language or (declared[0][0] if declared else "en")
     title = title or f"{model.resolve().name}: translate in your browser"
+    # a learned position table has no row past its last: no input, and no output, longer than it
+    positions = config.get("max_position_embeddings") if config.get("position_embedding_type") == "learned" else None
+    limits = [limit for limit in (generation.get("max_new_tokens"), positions) if limit]
     page = {
         "title": title,
         "language": language,
         "model_folder": MODEL_FOLDER,
         "weights_file": ONNX_WEIGHTS_FILE,
-        "max_new_tokens": generation.get("max_new_tokens"),
-        "max_input_tokens": min(MAX_INPUT_TOKENS, config.get("max_position_embeddings") or MAX_INPUT_TOKENS)
-        if config.get("position_embedding_type") == "learned"
-        else MAX_INPUT_TOKENS,
+        "max_new_tokens": min(limits) if limits else None,  # none: the longest source and 50, as the page decides
+        "min_new_tokens": max(generation.get("min_new_tokens") or 0, (generation.get("min_length") or 0) - 1),
+        "max_input_tokens": min(MAX_INPUT_TOKENS, positions or MAX_INPUT_TOKENS),
         "config": {name: config[name] for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")},
         "assets": {"wasm": urls["onnxruntime-web"]["wasm"]},
     }

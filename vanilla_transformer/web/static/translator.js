@@ -68,6 +68,7 @@ export class Translator {
     const { last_hidden_state } = await this.encoder.run({ input_ids, attention_mask });
     const batch = rows.length, eos = this.config.eos_token_id, pad = this.config.pad_token_id;
     const limit = maxNewTokens ?? this.page.max_new_tokens ?? Math.max(...rows.map((r) => r.length)) + 50;
+    const shortest = this.page.min_new_tokens ?? 0; // no end of sentence before it, as generate()'s minimum length
     const output = rows.map(() => []);
     const done = new Array(batch).fill(false);
     let step = new BigInt64Array(batch).fill(BigInt(this.config.decoder_start_token_id));
@@ -79,8 +80,9 @@ export class Translator {
       const logits = results.logits.data, vocabulary = results.logits.dims[2];
       step = new BigInt64Array(batch);
       for (let r = 0; r < batch; r++) {
-        let best = 0;
-        for (let v = 1, row = r * vocabulary; v < vocabulary; v++) if (logits[row + v] > logits[row + best]) best = v;
+        const row = r * vocabulary, ended = (v) => position < shortest && v === eos;
+        let best = ended(0) ? 1 : 0;
+        for (let v = best + 1; v < vocabulary; v++) if (!ended(v) && logits[row + v] > logits[row + best]) best = v;
         const token = done[r] ? pad : best; // a finished row is padded, as generate() pads it
         step[r] = BigInt(token);
         if (!done[r]) output[r].push(token);
@@ -110,8 +112,9 @@ export class Translator {
     let position = 0;
     for (const piece of segment(this.page.language, text)) {
       const sentence = piece.trim();
-      const start = sentence ? text.indexOf(sentence, position) : -1;
-      if (start < 0) continue;
+      if (!sentence) continue;
+      const start = text.indexOf(sentence, position);
+      if (start < 0) break; // not in the text as it is: the rest is one sentence, as common/paragraphs.py does
       gaps.push(text.slice(position, start));
       sentences.push(sentence);
       position = start + sentence.length;
@@ -145,13 +148,20 @@ async function main() {
     button.disabled = false;
     button.addEventListener("click", async () => {
       button.disabled = true;
-      const { translation, milliseconds } = await translator.translate(document.getElementById("source").value);
-      document.getElementById("translation").textContent = translation; // text, never markup
-      const sent = requests() - loaded;
-      document.getElementById("time").textContent =
-        `Translated in ${milliseconds.toFixed(0)} ms on this machine; requests since the page loaded: ${sent} ` +
-        `(${sent ? "see the browser's network log" : "nothing you typed left the machine"}).`;
-      button.disabled = false;
+      const time = document.getElementById("time");
+      try {
+        const { translation, milliseconds } = await translator.translate(document.getElementById("source").value);
+        document.getElementById("translation").textContent = translation; // text, never markup
+        const sent = requests() - loaded;
+        time.textContent =
+          `Translated in ${milliseconds.toFixed(0)} ms on this machine; requests since the page loaded: ${sent} ` +
+          `(${sent ? "see the browser's network log" : "nothing you typed left the machine"}).`;
+      } catch (error) {
+        time.textContent = `The translation failed: ${error.message}`; // said, and the page stays usable
+        window.translationError = String(error);
+      } finally {
+        button.disabled = false;
+      }
     });
   } catch (error) {
     status.textContent = `The translator could not load: ${error.message}`;
