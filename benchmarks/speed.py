@@ -25,6 +25,12 @@ With --marian, the two models hold the same weights: one random-weight MarianMTM
 and weight copy; generate() greedy and beam 4 on 32 sentences, and CTranslate2 on the export of the converted model
 (training and memory are left out).
 
+With --onnx, our random-weight model exported by `vanilla-transformer export onnx` (float32, and int8 by ONNX Runtime's
+dynamic quantization) generates through `load_onnx` (ONNX Runtime behind transformers' generate()), beside the
+others, and a row times greedy decoding one sentence at a time (--one-at-a-time sentences, each its own generate()
+call, as an interactive user sends them), in ms a sentence; a note gives the export's file sizes against the
+model's safetensors.
+
 With --shortlist, our model also generates with a lexical shortlist (`generate(use_shortlist=True)`), and with --ct2
 our export also runs with its vocabulary map (CTranslate2's `use_vmap`). A shortlist is only as small as real text
 makes it, so the generation inputs become real sentences for every column: Multi30k's test sentences (cut to
@@ -39,6 +45,7 @@ generator has the model's size while the shortlist keeps what real text gives.
     python -m benchmarks.speed --ct2 --json speed.json
     python -m benchmarks.speed --marian --pairs 3 --warmup 1 --gen-calls 1
     python -m benchmarks.speed --shortlist --ct2 --skip-memory
+    python -m benchmarks.speed --onnx --ct2 --skip-memory
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-from .common import Report, Row, load_average, log, machine_description, publish
+from .common import MIB, Report, Row, load_average, log, machine_description, publish
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 DECODER_START_ID = BOS_ID
@@ -91,6 +98,8 @@ COLUMNS = {
     **{f"ct2 {kind}": f"CTranslate2 {kind} (Marian)" for kind in CT2_COMPUTE_TYPES},
     **{f"ours ct2 {kind}": f"CTranslate2 {kind} (our export)" for kind in CT2_COMPUTE_TYPES},
     "ours shortlist": "vanilla_transformer + shortlist",
+    "onnx float32": "ONNX Runtime float32 (our export)",
+    "onnx int8": "ONNX Runtime int8 (our export)",
     **{f"ours ct2 {kind} vmap": f"CTranslate2 {kind} (our export + vocabulary map)" for kind in CT2_COMPUTE_TYPES},
 }
 RATIO_COLUMNS = {
@@ -98,6 +107,8 @@ RATIO_COLUMNS = {
     "ours compiled": "ours compiled / Marian",
     "ours int8": "ours int8 / Marian",
     "ours shortlist": "ours + shortlist / Marian",
+    "onnx float32": "ONNX float32 / Marian",
+    "onnx int8": "ONNX int8 / Marian",
 }
 # the export with its vocabulary map against the same export without it
 OTHER_RATIOS = {
@@ -106,7 +117,8 @@ OTHER_RATIOS = {
         f"our export {kind}: with map / without": (f"ours ct2 {kind} vmap", f"ours ct2 {kind}")
         for kind in CT2_COMPUTE_TYPES
     },
-}
+} | {f"ONNX {kind} / ours generate()": (f"onnx {kind}", "ours") for kind in ("float32", "int8")}
+ONNX_KINDS = {"onnx float32": None, "onnx int8": "int8"}
 SHORTLIST_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 SHORTLIST_TOKENIZER_SIZE = 8000
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -177,6 +189,14 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         type=Path,
         default=SHORTLIST_DATA,
         help="a folder of {train,test_2016_flickr}.{en,de}[.gz]: the shortlist's corpus and the sentences",
+    )
+    method.add_argument(
+        "--onnx",
+        action="store_true",
+        help="add our model's ONNX export in ONNX Runtime (float32, int8) and a row of one sentence at a time",
+    )
+    method.add_argument(
+        "--one-at-a-time", type=int, default=8, help="sentences of the one-sentence-at-a-time row (--onnx)"
     )
     method.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     return parser
@@ -765,15 +785,71 @@ def speed_rows(
     if workload.shortlist is not None:
         models["ours"].lexical_shortlist = workload.shortlist
         notes.append(shortlist_note(workload, args))
+    exported, onnx_note = onnx_models(models["ours"], args) if args.onnx else ({}, None)
     for phase, beams, label in (("greedy", 1, "Greedy generate"), ("beam", args.beams, f"Beam {args.beams} generate")):
         measurements = {name: generation_measurement(model, workload, args, beams) for name, model in models.items()}
         if quantized is not None:
             measurements["ours int8"] = generation_measurement(quantized, workload, args, beams)
+        for name, model in exported.items():
+            measurements[name] = generation_measurement(model, workload, args, beams)
         if workload.shortlist is not None:
             measurements["ours shortlist"] = generation_measurement(models["ours"], workload, args, beams, True)
         measurements.update(references.get(phase, {}))
         rows.append(Row(label, "new tokens/s", True, alternate(measurements, args.pairs, args.warmup, phase)))
+    if exported:
+        candidates = {**models, **({"ours int8": quantized} if quantized is not None else {}), **exported}
+        latency = {name: one_at_a_time_measurement(model, workload, args) for name, model in candidates.items()}
+        label = f"Greedy, one sentence at a time ({args.one_at_a_time} sentences)"
+        rows.append(Row(label, "ms a sentence", False, alternate(latency, args.pairs, args.warmup, "one at a time")))
+        notes.append(onnx_note)
     return rows, notes + ([note] if note else [])
+
+
+def onnx_models(ours: torch.nn.Module, args: argparse.Namespace) -> tuple[dict[str, torch.nn.Module], str]:
+    """{"onnx float32": model, "onnx int8": model}: our random-weight model written by `export onnx` and loaded by
+    `load_onnx` with the benchmark's threads; and a note of the files' sizes."""
+    from vanilla_transformer.common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE
+    from vanilla_transformer.export import export_onnx
+    from vanilla_transformer.inference import load_onnx
+
+    transformers.utils.logging.disable_progress_bar()
+    loaded, sizes = {}, {}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "model"
+        save_with_tokenizer(copy.deepcopy(ours).eval(), ct2_vocabulary(args.vocab), str(folder))
+        sizes["safetensors"] = (folder / "model.safetensors").stat().st_size
+        for name, quantize in ONNX_KINDS.items():
+            log(f"{name}: export onnx ...")
+            output = export_onnx(folder, Path(scratch) / name.replace(" ", "_"), quantize=quantize)
+            sizes[name] = sum((output / file).stat().st_size for file in (*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE))
+            loaded[name] = load_onnx(output, threads=args.threads or 0)[0]
+    mib = {name: size / MIB for name, size in sizes.items()}
+    note = (
+        f"ONNX export: graphs and weights {mib['onnx float32']:.1f} MiB in float32, "
+        f"{sizes['onnx float32'] / sizes['safetensors']:.3f}x the model's safetensors ({mib['safetensors']:.1f} MiB); "
+        f"int8 {mib['onnx int8']:.1f} MiB, {sizes['onnx int8'] / sizes['onnx float32']:.3f}x float32. ONNX Runtime "
+        f"runs the graphs with {args.threads or 'its default number of'} threads inside an operator (`load_onnx`: "
+        "plain greedy decoding in its own loop, beam search in transformers' generate())."
+    )
+    return loaded, note
+
+
+def one_at_a_time_measurement(model, workload: Workload, args) -> Callable[[], float]:
+    """A callable that translates the first --one-at-a-time sentences one generate() call each (greedy, exactly
+    --new-tokens) and returns the mean milliseconds a sentence."""
+    config = generation_config(args, 1)
+    inputs = workload.gen_inputs
+    count = min(args.one_at_a_time, len(inputs["input_ids"]))
+    rows = [{key: value[index : index + 1] for key, value in inputs.items()} for index in range(count)]
+    rows = [{key: value[:, : int(row["attention_mask"].sum())] for key, value in row.items()} for row in rows]
+
+    def run() -> float:
+        start = time.perf_counter()
+        for row in rows:
+            generate(model, row, config)
+        return 1000 * (time.perf_counter() - start) / len(rows)
+
+    return run
 
 
 def shortlist_note(workload: Workload, args: argparse.Namespace) -> str:

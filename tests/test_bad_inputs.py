@@ -948,6 +948,42 @@ def test_resuming_with_other_switches_names_each_before_anything_is_loaded(
     assert expected + "norm_placement='pre'" in line, line
 
 
+@pytest.mark.parametrize(
+    ("started_with", "resumed_with", "named"),
+    [
+        (
+            ["--freeze", "encoder"],
+            ["--freeze", "decoder"],
+            "trained with --freeze encoder; this run has --freeze decoder",
+        ),
+        (["--freeze", "encoder"], [], "trained with --freeze encoder; this run has --freeze (none)"),
+        (["--lora_r", "4"], ["--lora_r", "8"], "trained with --lora_r 4; this run has --lora_r 8"),
+        (
+            ["--lora_r", "4"],
+            ["--lora_r", "4", "--lora_alpha", "2"],
+            "trained with --lora_alpha 8.0; this run has --lora_alpha 2.0",
+        ),
+    ],
+    ids=["other-freeze", "freeze-dropped", "other-lora-rank", "other-lora-alpha"],
+)
+def test_resuming_a_fine_tuning_run_with_other_trained_parts_names_the_flag_before_anything_loads(
+    corpus_folder, trained_run, tmp_path, capsys, monkeypatch, started_with, resumed_with, named
+):
+    if "--lora_r" in started_with:
+        pytest.importorskip("peft")
+    output = tmp_path / "fine"
+    train_with_checkpoints(corpus_folder, output, "--from_model", str(trained_run), *started_with)
+    capsys.readouterr()
+    before = {path.name: path.read_bytes() for path in (output / "checkpoints" / "step-4").iterdir()}
+    monkeypatch.setattr("accelerate.Accelerator.load_state", lambda *_: pytest.fail("weights loaded"))
+    monkeypatch.setattr("vanilla_transformer.training.loop.prepare_corpus", lambda *_: pytest.fail("data loaded"))
+    argv = resume_argv(corpus_folder, output, "latest", "--from_model", str(trained_run), *resumed_with)
+    assert main(argv) == 2
+    line = error_line(capsys, "train")
+    assert f"checkpoint step-4 was {named}: resume with the checkpoint's flags, or start a new run" in line, line
+    assert {path.name: path.read_bytes() for path in (output / "checkpoints" / "step-4").iterdir()} == before
+
+
 def test_resuming_with_another_tokenizer_names_the_vocabulary_before_the_weights_load(
     corpus_folder, run_copy, tmp_path, capsys, monkeypatch
 ):
@@ -1442,6 +1478,25 @@ def test_a_worker_that_torch_only_saw_gone_or_did_not_see_is_named_with_the_sign
     assert worker_death(broken) is None and worker_death(RuntimeError("CUDA out of memory"), []) is None
 
 
+# ----------------------------------------------------------------------------------------- shortlist
+
+
+def test_a_shortlist_for_the_other_direction_is_refused_before_the_corpus_is_prepared(
+    corpus_teacher, corpus_folder, tmp_path, capsys, monkeypatch
+):
+    folder = _copy_folder(corpus_teacher, tmp_path / "reverse")
+    (folder / "README.md").write_text("---\nlanguage:\n- de\n- en\n---\n")  # it translates German into English
+    monkeypatch.setattr("vanilla_transformer.shortlist.write.prepare_corpus", lambda *_: pytest.fail("data prepared"))
+    argv = ["shortlist", "--model", str(folder), "--dataset", str(corpus_folder), "--test_split", ""]
+    assert main(argv) == 2
+    assert error_line(capsys, "shortlist").endswith(
+        f"--model {folder} translates de->en (its model card), but the corpus is asked for en->de (--source_lang en "
+        "--target_lang de): it translates the other way (pass --source_lang de --target_lang en) (--debug shows the "
+        "traceback)"
+    )
+    assert not (folder / "shortlist.safetensors").exists()
+
+
 # ----------------------------------------------------------------------------------------- translate-corpus
 
 
@@ -1490,6 +1545,13 @@ def _latin1_table(corpus_folder: Path, tmp_path: Path) -> list[str]:
     return ["--dataset", str(table)]
 
 
+def _short_validation_target(corpus_folder: Path, tmp_path: Path) -> list[str]:
+    data = _copy_folder(corpus_folder, tmp_path / "short", ("tokenizer",))
+    lines = (data / "validation.de").read_text().splitlines()
+    (data / "validation.de").write_text("".join(line + "\n" for line in lines[:-1]))  # a line lost on the way
+    return ["--dataset", str(data)]
+
+
 def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
     data = _copy_folder(corpus_folder, tmp_path / "empty", ("tokenizer",))
     (data / "train.en").write_text("")
@@ -1514,10 +1576,15 @@ def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
             r"\S+train.jsonl, line 2: not UTF-8 text \(byte 0xfc at column 10\)",
         ),
         (lambda teacher, data, tmp: _empty_source(data, tmp), r"\S+empty/train.en holds no text to translate"),
+        (
+            lambda teacher, data, tmp: _short_validation_target(data, tmp),
+            r"\S+short/validation.en has 12 lines but \S+short/validation.de has 11: parallel files must be aligned "
+            r"line by line",
+        ),
         (lambda teacher, data, tmp: ["--train_split", "nope"], r"unknown split 'nope' in \S+: available splits: "),
         (lambda teacher, data, tmp: ["--source_lang", "fr"], r"unknown language 'fr': no \S+train.fr \(or .gz\)"),
         (lambda teacher, data, tmp: ["--chunk_sentences", "0"], r"chunk_sentences=0 must be 1 or more"),
-        (lambda teacher, data, tmp: ["--engine", "onnx"], r"argument --engine: invalid choice: 'onnx'"),
+        (lambda teacher, data, tmp: ["--engine", "tensorrt"], r"argument --engine: invalid choice: 'tensorrt'"),
         (
             lambda teacher, data, tmp: ["--test_split", "", "--translate", "test"],
             r"translate names test, but test_split is empty",
@@ -1529,6 +1596,7 @@ def _empty_source(corpus_folder: Path, tmp_path: Path) -> list[str]:
         "not-utf8",
         "not-utf8-table",
         "empty-source",
+        "carried-split-misaligned",
         "unknown-split",
         "unknown-language",
         "chunk-0",

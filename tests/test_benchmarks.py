@@ -286,3 +286,58 @@ def test_the_distill_benchmark_prints_each_model_its_scores_speeds_stages_and_th
     corpus = tmp_path / "distilled-corpus"
     assert sorted(path.name for path in corpus.iterdir() if path.name.startswith("train")) == ["train.de", "train.en"]
     assert len((corpus / "train.de").read_text().splitlines()) == 300
+
+
+def test_the_onnx_columns_time_our_export_beside_the_others_and_one_sentence_at_a_time(tmp_path):
+    pytest.importorskip("onnxruntime", reason='the ONNX columns need ".[onnx]"')
+    table, results = run_speed_benchmark(tmp_path, "--skip-memory", "--onnx", "--one-at-a-time", "2")
+    headers = table[0].split(" | ")
+    assert {"ONNX Runtime float32 (our export)", "ONNX Runtime int8 (our export)", "ONNX int8 / Marian"} <= set(headers)
+    assert "ONNX float32 / ours generate()" in headers
+    assert [line.split(" | ")[0] for line in table[1:]][
+        -1
+    ] == "| Greedy, one sentence at a time (2 sentences) (ms a sentence)"
+    for row in results["rows"][1:]:
+        onnx = [a / b for a, b in zip(row["samples"]["onnx int8"], row["samples"]["marian"], strict=True)]
+        assert row["over_marian"]["onnx int8"] == pytest.approx(statistics.median(onnx))
+    note = next(note for note in results["notes"] if note.startswith("ONNX export:"))
+    assert "x the model's safetensors" in note
+
+
+def test_the_onnx_benchmark_prints_bleu_identity_and_sizes(tmp_path):
+    """benchmarks.onnx at a smoke size: a random tiny model with a tokenizer of Multi30k, 6 test sentences."""
+    pytest.importorskip("onnxruntime", reason='benchmarks.onnx needs ".[onnx]"')
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.tokenization import iter_lines, train_tokenizer
+
+    data = REPO.parent / "shared" / "data" / "multi30k"
+    tokenizer = train_tokenizer(
+        (line for lang in ("en", "de") for line in iter_lines(data / f"train.{lang}.gz")), vocab_size=400
+    )
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                      decoder_ffn_dim=32, max_position_embeddings=64)  # fmt: skip
+    model_folder = tmp_path / "model"
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.generation_config.max_new_tokens = 8
+    model.save_pretrained(model_folder)
+    tokenizer.save_pretrained(model_folder)
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.onnx",
+        "--model",
+        str(model_folder),
+        "--sentences",
+        "6",
+        "--beams",
+        "2",
+    ]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "/6" in line]
+    engines = ["| PyTorch generate()", "| ONNX Runtime float32", "| ONNX Runtime int8"]
+    assert [(row[0], row[1]) for row in rows] == [(e, d) for d in ("greedy", "beam 2") for e in engines]
+    assert all(row[3] == "6/6" for row in rows if row[0] != "| ONNX Runtime int8")
+    assert "x the safetensors" in completed.stdout and "Largest logit difference" in completed.stdout

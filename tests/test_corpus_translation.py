@@ -14,8 +14,8 @@ from helpers import QUIET_THREADS, TINY_TRAINING_MODEL, tiny_train_flags, write_
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
+from vanilla_transformer.common.languages import check_languages
 from vanilla_transformer.common.model_folder import load_tokenizer
-from vanilla_transformer.corpus_translation.languages import check_languages
 from vanilla_transformer.inference import load_for_translation, translate
 from vanilla_transformer.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, read_lines
 from vanilla_transformer.training import parse_arguments, prepare_corpus

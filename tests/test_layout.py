@@ -35,6 +35,7 @@ SUBPACKAGES = {
     "demo",
     "export",
     "convert",
+    "web",
 }
 
 

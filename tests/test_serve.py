@@ -91,7 +91,7 @@ def test_a_ctranslate2_export_is_served_with_its_tokens_probabilities(model_fold
     (ours,) = TranslationService(model_folder).translate_batch([SENTENCE], [Settings("greedy")])
     assert result.tokens == ours.tokens  # the export translates as the model does, cut at the same length
     torch.testing.assert_close(result.probabilities, ours.probabilities, rtol=1e-3, atol=1e-5)
-    with pytest.raises(RequestError, match="sampling is served with the PyTorch engines"):
+    with pytest.raises(RequestError, match="sampling is not served with CTranslate2: choose another engine"):
         exported.translate_batch([SENTENCE], [Settings("sampling", engine="ctranslate2")])
 
     pytest.importorskip("gradio", reason='the page needs ".[serve]"')
@@ -127,10 +127,13 @@ def test_the_int8_engine_translates_as_translate_quantize_int8_does(model_folder
     "text, settings, named",
     [
         ("word " * 10_000, Settings(), "the text has 10,000 words; this service translates at most 50"),
+        ("go. " * 40, Settings(), "the text has 40 sentences; this service translates at most 32 a request"),
         ("forty-two", Settings("beam", 0), "num_beams=0 is outside 1 to 6"),
         ("forty-two", Settings("beam", 1000), "num_beams=1000 is outside 1 to 6"),
         ("forty-two", Settings(engine="ctranslate2"), "engine 'ctranslate2' is not served here"),
-        ("forty-two", Settings("sampling", temperature=0), "sampling takes 0 < temperature"),
+        ("forty-two", Settings("sampling", temperature=0), "temperature=0 is outside 0.01 to 10"),
+        ("forty-two", Settings("sampling", top_p=0.0), r"top_p=0.0 is outside 0 \(excluded\) to 1"),
+        ("forty-two", Settings("sampling", top_k=-1), "top_k=-1 is outside 0 to 10000"),
         ("forty-two", Settings("nucleus"), "decoding 'nucleus' is not one of"),
     ],
 )
@@ -215,12 +218,11 @@ def test_the_json_api_translates_as_the_service_does_and_refuses_bad_requests_na
     refused = [
         ({"text": "word " * 10_000}, "the text has 10,000 words; this service translates at most 50"),
         ({"text": "forty-two", "decoding": "beam", "num_beams": 1000}, "num_beams=1000 is outside 1 to 6"),
-        ({"text": "forty-two", "num_beams": "four"}, "num_beams='four' must be a int"),
+        ({"text": "forty-two", "num_beams": "four"}, "num_beams='four' must be an integer"),
         ({"text": "forty-two", "engine": "tensorrt"}, "engine 'tensorrt' is not served here"),
-        ({"text": "forty-two", "beams": 4}, "a request is a JSON object with a string 'text' and of"),
-        ({"decoding": "greedy"}, "a request is a JSON object with a string 'text'"),
+        ({"decoding": "greedy"}, "'text' is missing: a request takes text, decoding, engine, num_beams, seed"),
+        ({"text": 42}, "'text' must be a string, not int"),
         ({"text": "x" * 100_000}, "the text has 100,000 characters; this service translates at most 1,500"),
-        ({"text": "forty-\ud800two"}, "the text is not valid Unicode at character 6"),
         ({"text": "forty-two", "seed": 2**70}, f"seed={2**70} is outside 0 to 2**63 - 1"),
         ({"text": "forty-two", "decoding": "sampling", "temperature": 10**400}, "temperature=1000"),
     ]
@@ -452,3 +454,363 @@ def test_the_load_benchmark_prints_a_row_for_each_api_and_number_of_clients(mode
     assert [tuple(row[:4]) for row in rows] == [(api, *count) for api in apis for count in counts]
     assert all(float(row[4]) > 0 and float(row[7]) >= 1 for row in rows)
     assert "one sentence at a time, translate() in one process:" in completed.stdout
+
+
+# --------------------------------------------------- faults found by trying the service as a careless client would
+
+
+def raw_call(port: int, content: bytes, headers: dict | None = None, path: str = "/api/translate"):
+    import httpx
+
+    response = httpx.post(f"http://127.0.0.1:{port}{path}", content=content, headers=headers or {}, timeout=120)
+    return response.status_code, response.json()
+
+
+def still_serving(port: int, service) -> None:
+    expected = service.translate_batch(["forty-two"], [Settings("greedy")])[0].text
+    status, answer = json_call(port, {"text": "forty-two"})
+    assert status == 200 and answer["translation"] == expected
+
+
+def test_a_temperature_so_small_that_the_probabilities_overflow_is_refused_naming_its_range(served, service):
+    _, _, port = served
+    body = {"text": "forty-two", "decoding": "sampling", "temperature": 1e-300}
+    assert json_call(port, body) == (422, {"error": "temperature=1e-300 is outside 0.01 to 10"})
+    still_serving(port, service)
+
+
+def test_a_lone_surrogate_in_the_text_is_refused_naming_where(served, service):
+    _, _, port = served
+    assert json_call(port, {"text": "forty-\ud800two"}) == (
+        422,
+        {"error": "the text is not valid Unicode at character 6"},
+    )
+    still_serving(port, service)
+
+
+def test_a_body_that_is_not_utf8_is_refused_naming_the_byte(served, service):
+    _, _, port = served
+    status, answer = raw_call(port, b'{"text": "f\xfcnf"}', {"Content-Type": "application/json"})
+    assert (status, answer) == (400, {"error": "the body is not UTF-8 (byte 11): send JSON in UTF-8"})
+    status, answer = raw_call(port, b"text=forty-two")  # a form, as curl -d sends one
+    assert status == 400 and answer["error"].startswith("the body is not JSON (Expecting value")
+    still_serving(port, service)
+
+
+def test_a_body_too_big_or_nested_too_deep_is_refused_unread(served, service):
+    _, _, port = served
+    from vanilla_transformer.serve.server import max_body_bytes
+
+    limit = max_body_bytes(service)
+    status, answer = raw_call(port, b'{"text": "' + b"x" * 10_000_000 + b'"}')
+    assert (status, answer) == (413, {"error": f"the body is over {limit:,} bytes, more than any request needs"})
+    status, answer = raw_call(port, b"[" * 5000 + b"]" * 5000)
+    assert status == 400 and answer == {
+        "error": "the body nests JSON too deep: send a JSON object of text and settings"
+    }
+    still_serving(port, service)
+
+
+def test_a_json_body_sent_without_its_content_type_is_translated(served, service):
+    _, _, port = served
+    # `curl -d '{"text": ...}'` says application/x-www-form-urlencoded
+    status, answer = raw_call(port, b'{"text": "forty-two"}', {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 200 and answer["translation"] == service.translate_batch(["forty-two"], [Settings()])[0].text
+
+
+def test_a_field_the_api_does_not_take_is_named(served, service):
+    _, _, port = served
+    status, answer = json_call(port, {"text": "forty-two", "beams": 4, "lang": "de"})
+    assert status == 422
+    assert answer["error"] == (
+        "unknown field 'beams', 'lang': a request takes text, decoding, engine, num_beams, seed, split_sentences, "
+        "temperature, top_k, top_p"
+    )
+    still_serving(port, service)
+
+
+def test_a_translation_that_fails_is_a_500_saying_what_failed_and_the_log_has_the_traceback(
+    served, service, monkeypatch, caplog
+):
+    _, _, port = served
+    translate_batch = service.translate_batch
+
+    def failing_on_boom(texts, settings):
+        if "boom" in texts:
+            raise RuntimeError("probability tensor contains either inf, nan or element < 0\nsecond line")
+        return translate_batch(texts, settings)
+
+    monkeypatch.setattr(service, "translate_batch", failing_on_boom)
+    with caplog.at_level("ERROR", logger="vanilla_transformer.serve.server"):
+        status, answer = json_call(port, {"text": "boom"})
+    assert status == 500
+    assert answer == {
+        "error": "the translation failed: RuntimeError: probability tensor contains either inf, nan or element < 0 "
+        "second line"
+    }
+    assert "Traceback" in caplog.text and "RuntimeError" in caplog.text  # the details are in the log
+    still_serving(port, service)
+
+
+def test_inspect_without_a_translation_is_answered_naming_what_it_takes(served, service):
+    from gradio_client.exceptions import AppError
+
+    _, client, port = served
+    with pytest.raises(AppError, match=r"/inspect takes the text and its translation \(a string each\)"):
+        client.predict(SENTENCE, None, "cross", "0", "0", api_name="/inspect")
+    with pytest.raises(AppError, match="the text has 10,000 words"):  # capped as /translate is
+        client.predict("word " * 10_000, "wort", "cross", "0", "0", api_name="/inspect")
+    assert client.predict(SENTENCE, "", "cross", "0", "0", api_name="/inspect") == (None,) * 5  # nothing to draw
+    still_serving(port, service)
+
+
+def test_a_ctranslate2_export_answers_a_request_that_names_no_engine(model_folder, tmp_path):
+    pytest.importorskip("ctranslate2", reason='the CTranslate2 engine is optional: pip install ".[ct2]"')
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from vanilla_transformer.export import export_ctranslate2
+    from vanilla_transformer.serve.server import start_server
+
+    exported = TranslationService(export_ctranslate2(model_folder, tmp_path / "ct2"))
+    port = free_port()
+    page = start_server(exported, [], "export", "127.0.0.1", port, block=False)
+    try:  # the README's own request: no engine, so the one the page shows first
+        status, answer = json_call(port, {"text": SENTENCE})
+        assert status == 200
+        assert answer["translation"] == exported.translate_batch([SENTENCE], [Settings(engine="ctranslate2")])[0].text
+    finally:
+        page.close()
+
+
+def shortlist_of(model_folder: Path, folder: Path, tokenizer_identity: str) -> Path:
+    from vanilla_transformer.lexical_shortlist import SHORTLIST_FILE, LexicalShortlist
+
+    shutil.copytree(model_folder, folder)
+    vocab = json.loads((model_folder / "config.json").read_text())["vocab_size"]
+    candidates = torch.arange(vocab, dtype=torch.int32).expand(vocab, -1)[:, :4].contiguous()
+    metadata = {"source_vocab_size": vocab, "target_vocab_size": vocab, "tokenizer": tokenizer_identity}
+    LexicalShortlist(candidates, torch.arange(4, dtype=torch.int32), metadata).save(folder / SHORTLIST_FILE)
+    return folder
+
+
+def test_a_shortlist_of_another_tokenizer_of_the_same_size_stops_serve_at_start(model_folder, tmp_path, capsys):
+    folder = shortlist_of(model_folder, tmp_path / "model", "another-tokenizer-of-the-same-size")
+    assert main(["serve", "--model", str(folder), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # after the weights' loading bar: the one line of the error
+    assert err[-1].startswith("vanilla-transformer serve: error: the shortlist was built for tokenizer another-")
+    assert "Traceback" not in "".join(err)
+    assert (folder / "shortlist.safetensors").is_file()  # nothing lost
+
+
+def test_a_damaged_shortlist_stops_serve_at_start(model_folder, tmp_path, capsys):
+    from vanilla_transformer.tokenization import tokenizer_identity
+
+    folder = shortlist_of(
+        model_folder, tmp_path / "model", tokenizer_identity(TranslationService(model_folder).tokenizer)
+    )
+    TranslationService(folder)  # whole, it serves
+    damaged = (folder / "shortlist.safetensors").read_bytes()[:-10]
+    (folder / "shortlist.safetensors").write_bytes(damaged)
+    assert main(["serve", "--model", str(folder), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"vanilla-transformer serve: error: the shortlist {folder}/shortlist.safetensors is dama")
+    assert "Traceback" not in "".join(err)
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--port", "{taken}"], "port {taken} of 127.0.0.1 is in use: pass another --port"),
+        (["--host", "nohost.invalid"], "--host nohost.invalid: no such address"),
+        (["--host", "192.0.2.1"], "--host 192.0.2.1 is no address of this machine: give one of its own"),
+        (["--port", "70000"], "--port=70000 is beyond 65535, the highest port"),
+    ],
+    ids=["port-in-use", "unknown-host", "host-of-another-machine", "port-out-of-range"],
+)
+def test_where_the_page_cannot_listen_is_named_as_the_flag_that_sets_it_before_the_model_loads(
+    model_folder, capsys, monkeypatch, flags, named
+):
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    monkeypatch.setattr(TranslationService, "__init__", lambda *_, **__: pytest.fail("the model was loaded"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [flag.format(taken=port) for flag in flags]
+        assert main(["serve", "--model", str(model_folder), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"vanilla-transformer serve: error: {named.format(taken=port)}")
+
+
+def test_int8_of_a_ctranslate2_export_is_refused_naming_how_to_quantize_it(model_folder, tmp_path, capsys):
+    pytest.importorskip("ctranslate2", reason='the CTranslate2 engine is optional: pip install ".[ct2]"')
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from vanilla_transformer.export import export_ctranslate2
+
+    exported = export_ctranslate2(model_folder, tmp_path / "ct2")
+    assert main(["serve", "--model", str(exported), "--quantize", "int8", "--port", str(free_port())]) == 2
+    assert said(capsys) == [
+        f"vanilla-transformer serve: error: --quantize int8 quantizes a PyTorch model, and {exported} is a "
+        "CTranslate2 export: quantize it when exporting it (export ctranslate2 --quantization int8) (--debug shows the "
+        "traceback)"
+    ]
+
+
+def test_the_badges_take_their_colour_from_the_probability_on_one_scale():
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from vanilla_transformer.serve.page import PROBABILITY_COLOURS, percent
+
+    def green(label: str) -> int:
+        return int(PROBABILITY_COLOURS[label][3:5], 16) - int(PROBABILITY_COLOURS[label][1:3], 16)
+
+    labels = [percent(share / 100) for share in range(101)]
+    assert list(PROBABILITY_COLOURS) == labels  # a colour for every label the page shows
+    greener = [green(label) for label in labels]
+    assert greener == sorted(greener) and greener[0] < 0 < greener[-1]  # red at 0%, greener as it rises
+    assert green("100%") > green("93%") > green("50%")
+
+
+def test_the_page_is_titled_with_the_models_name_not_the_machines_path(model_folder, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    started = {}
+    monkeypatch.setattr("vanilla_transformer.serve.server.start_server", lambda *args, **kw: started.update(args=args))
+    assert main(["serve", "--model", str(model_folder)]) == 0
+    assert started["args"][2] == "vanilla-transformer: a test model"  # the card's title
+    bare = shutil.copytree(model_folder, tmp_path / "numbers-en-de", ignore=shutil.ignore_patterns("README.md"))
+    assert main(["serve", "--model", str(bare)]) == 0
+    assert started["args"][2] == "vanilla-transformer: numbers-en-de" and str(tmp_path) not in started["args"][2]
+    assert said(capsys) == []  # loopback, no login: no warning
+
+
+def test_a_token_guards_the_json_api_and_logins_the_page(service, tmp_path):
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    import base64
+
+    import httpx
+    from gradio_client import Client
+
+    from vanilla_transformer.serve.access import Access
+    from vanilla_transformer.serve.server import start_server
+
+    port = free_port()
+    access = Access(token="s3cret-token", logins=(("ada", "lovelace"),))
+    page = start_server(service, [], "guarded", "127.0.0.1", port, block=False, access=access)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        body = json.dumps({"text": "forty-two"})
+        malformed = {"Authorization": b"Basic \xfc"}  # not base64, not even ASCII
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + "eA=="}, malformed):
+            response = httpx.post(f"{url}/api/translate", content=body, headers=headers, timeout=60)
+            assert response.status_code == 401 and "translation" not in response.json(), headers
+            assert response.headers["www-authenticate"] == 'Bearer, Basic realm="vanilla-transformer"'
+        assert "s3cret" not in repr(access) and "lovelace" not in repr(access)
+        assert httpx.get(f"{url}/api/stats", timeout=60).status_code == 401
+        expected = service.translate_batch(["forty-two"], [Settings()])[0].text
+        for authorization in ("Bearer s3cret-token", "Basic " + base64.b64encode(b"ada:lovelace").decode()):
+            response = httpx.post(f"{url}/api/translate", content=body, headers={"Authorization": authorization})
+            assert response.status_code == 200 and response.json()["translation"] == expected
+        # the page and Gradio's API ask for the login
+        gradio_run = httpx.post(f"{url}/gradio_api/run/translate", json={"data": ["forty-two"]}, timeout=60)
+        assert gradio_run.status_code == 401
+        with pytest.raises(Exception, match="(?i)login|auth|401"):
+            Client(url, verbose=False)
+        client = Client(url, auth=("ada", "lovelace"), verbose=False)
+        assert translate_call(client, "forty-two")[0] == expected
+    finally:
+        page.close()
+
+
+def said(capsys) -> list[str]:
+    """What serve said on stderr, without the loading bars of transformers."""
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("vanilla-transformer serve:")]
+
+
+def test_a_service_beyond_loopback_without_login_or_token_warns_once_and_reads_them_from_files_only(
+    model_folder, tmp_path, monkeypatch, capsys
+):
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from vanilla_transformer.serve.access import TOKEN_VARIABLE, Access
+
+    started = {}
+    monkeypatch.setattr("vanilla_transformer.serve.server.start_server", lambda *args, **kw: started.update(kw))
+    monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
+    assert main(["serve", "--model", str(model_folder), "--host", "0.0.0.0"]) == 0
+    assert said(capsys) == [
+        "vanilla-transformer serve: warning: serving on 0.0.0.0, and the page and its API have no login "
+        "(--logins-file) and the JSON API has no token (--token-file): anyone who can reach it may use the model"
+    ]
+    (tmp_path / "token").write_text("s3cret\n")
+    (tmp_path / "logins").write_text("# who may\nada:love:lace\n")
+    argv = ["serve", "--model", str(model_folder), "--host", "0.0.0.0", "--token-file", str(tmp_path / "token")]
+    assert main([*argv, "--logins-file", str(tmp_path / "logins")]) == 0
+    assert said(capsys) == [] and started["access"] == Access("s3cret", (("ada", "love:lace"),))
+    monkeypatch.setenv(TOKEN_VARIABLE, "from-the-environment")
+    assert main(["serve", "--model", str(model_folder), "--host", "0.0.0.0"]) == 0
+    assert started["access"].token == "from-the-environment"
+    assert said(capsys) == [  # the JSON API has its token; the page has no login
+        "vanilla-transformer serve: warning: serving on 0.0.0.0, and the page and its API have no login "
+        "(--logins-file): anyone who can reach it may use the model"
+    ]
+    (tmp_path / "logins").write_text("ada lovelace\n")
+    assert main([*argv, "--logins-file", str(tmp_path / "logins")]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"--logins-file {tmp_path / 'logins'}: line 1 is not user:password (--debug shows the traceback)")
+    )
+    # no flag takes the token itself, not even as an abbreviation of --token-file
+    assert main(["serve", "--model", str(model_folder), "--token", "s3cret"]) == 2
+    assert "unrecognized arguments: --token" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ paragraphs and the ONNX engine
+
+PARAGRAPH = "forty-two. seven hundred one.  nine thousand.\n\nsixty-six. three hundred thousand."
+
+
+def test_a_paragraph_is_translated_as_its_five_sentences_are_one_by_one_through_the_service_and_both_apis(
+    served, service
+):
+    from vanilla_transformer.common.paragraphs import split_paragraph
+
+    paragraph = split_paragraph(PARAGRAPH, "en")
+    assert len(paragraph.sentences) == 5
+    alone = [service.translate_batch([sentence], [Settings()])[0] for sentence in paragraph.sentences]
+    (together,) = service.translate_batch([PARAGRAPH], [Settings()])
+    assert together.text == paragraph.join([translation.text for translation in alone])
+    assert "\n\n" in together.text  # the paragraph's own line breaks
+    assert together.tokens == [token for translation in alone for token in translation.tokens]
+    (whole,) = service.translate_batch([PARAGRAPH], [Settings(split_sentences=False)])
+    assert whole.tokens != together.tokens  # one sentence of the whole text: what splitting avoids
+
+    _, client, port = served
+    assert json_call(port, {"text": PARAGRAPH})[1]["translation"] == together.text
+    assert json_call(port, {"text": PARAGRAPH, "split_sentences": False})[1]["translation"] == whole.text
+    assert json_call(port, {"text": PARAGRAPH, "split_sentences": "no"}) == (
+        422,
+        {"error": "split_sentences='no' must be true or false"},
+    )
+    assert translate_call(client, PARAGRAPH)[0] == together.text  # the page's API splits too
+
+
+def test_an_onnx_export_is_served_with_the_models_tokens_and_answers_a_request_naming_no_engine(model_folder, tmp_path):
+    pytest.importorskip("onnxruntime", reason='the ONNX engine is optional: pip install ".[onnx]"')
+    pytest.importorskip("onnxscript", reason='the ONNX export is optional: pip install ".[onnx]"')
+    pytest.importorskip("gradio", reason='the page needs ".[serve]"')
+    from vanilla_transformer.export import export_onnx
+    from vanilla_transformer.serve.server import start_server
+
+    exported = TranslationService(export_onnx(model_folder, tmp_path / "onnx"))
+    assert list(exported.engines) == ["onnx"] and exported.model is None
+    ours = TranslationService(model_folder)
+    for settings in (Settings("greedy", engine="onnx"), Settings("beam", 3, engine="onnx")):
+        (result,) = exported.translate_batch([SENTENCE], [settings])
+        (expected,) = ours.translate_batch([SENTENCE], [Settings(settings.decoding, settings.num_beams)])
+        assert result.tokens == expected.tokens
+        torch.testing.assert_close(result.probabilities, expected.probabilities, rtol=1e-4, atol=1e-6)
+    port = free_port()
+    page = start_server(exported, [], "onnx", "127.0.0.1", port, block=False)
+    try:
+        status, answer = json_call(port, {"text": SENTENCE})
+        assert status == 200 and answer["tokens"] == ours.translate_batch([SENTENCE], [Settings()])[0].tokens
+    finally:
+        page.close()

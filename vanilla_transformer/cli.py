@@ -23,6 +23,7 @@ from .training.arguments import OneLineErrors
 from .training.batches import DataLoaderWorkerDied
 from .training.classification import add_classify_subcommand, run_classify
 from .visualization import add_plot_subcommand
+from .web import add_static_space_to_push, add_web_format
 
 
 class CommandParser(OneLineErrors, argparse.ArgumentParser):
@@ -48,10 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_translate_subcommand(subcommands)
     add_translate_corpus_subcommand(subcommands)
     add_shortlist_subcommand(subcommands)
-    add_space_to_push(add_push_subcommand(subcommands))  # push --space: the model by hub, its Space by serve
+    push = add_push_subcommand(subcommands)
+    add_space_to_push(push)  # push --space: the model by hub, its Space by serve
+    add_static_space_to_push(push)  # push --static-space: then the page of export web, by web
     add_serve_subcommand(subcommands)
     add_space_subcommand(subcommands)
-    add_export_subcommand(subcommands)
+    add_web_format(add_export_subcommand(subcommands))  # export web: the web room's, beside export's formats
     add_convert_subcommand(subcommands)
     add_plot_subcommand(subcommands)
     return parser

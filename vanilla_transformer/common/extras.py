@@ -28,4 +28,46 @@ def import_gradio():
     return gradio
 
 
-__all__ = ["MissingExtraError", "import_ctranslate2", "import_gradio"]
+def import_onnxruntime():
+    """The optional `onnxruntime` package (the ONNX engine), or an error that names the extra to install."""
+    try:
+        import onnxruntime
+    except ImportError as error:
+        raise MissingExtraError('ONNX Runtime is not installed: pip install "vanilla-transformer[onnx]"') from error
+    return onnxruntime
+
+
+def import_onnx_exporter():
+    """`onnx` and `onnxscript` (torch's ONNX exporter needs both) and `onnxruntime` (its int8 quantization), or an
+    error that names the extra to install."""
+    try:
+        import onnx
+        import onnxscript  # noqa: F401 - torch.onnx.export(dynamo=True) imports it
+    except ImportError as error:
+        raise MissingExtraError(
+            "the ONNX export needs onnx and onnxscript, which are not installed: "
+            'pip install "vanilla-transformer[onnx]"'
+        ) from error
+    import_onnxruntime()
+    return onnx
+
+
+def import_sentencex():
+    """The optional `sentencex` sentence segmenter (paragraphs), or an error that names the extra to install."""
+    try:
+        import sentencex
+    except ImportError as error:
+        raise MissingExtraError(
+            'splitting paragraphs into sentences needs sentencex: pip install "vanilla-transformer[paragraphs]"'
+        ) from error
+    return sentencex
+
+
+__all__ = [
+    "import_sentencex",
+    "MissingExtraError",
+    "import_ctranslate2",
+    "import_gradio",
+    "import_onnx_exporter",
+    "import_onnxruntime",
+]

@@ -45,6 +45,14 @@ TOKENIZER_VOCABULARIES = (
 )
 # what an export writes beside another engine's files: our config (CTranslate2's config.json is its own)
 MODEL_CONFIG_FILE = "vanilla_transformer_config.json"
+# an ONNX export (`export onnx`), with optimum's names for a seq2seq model's graphs: the encoder, the decoder's first
+# step (which also gives the cross-attention keys/values) and its later steps (which read the cache); the weights of
+# all three in one file, each tensor stored once
+ONNX_ENCODER_FILE = "encoder_model.onnx"
+ONNX_DECODER_FILE = "decoder_model.onnx"
+ONNX_DECODER_WITH_PAST_FILE = "decoder_with_past_model.onnx"
+ONNX_GRAPH_FILES = (ONNX_ENCODER_FILE, ONNX_DECODER_FILE, ONNX_DECODER_WITH_PAST_FILE)
+ONNX_WEIGHTS_FILE = "model.onnx_data"
 _TOKENIZER_JSON_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 _SAVE_MODEL_AGAIN = "save the model again or download it again"
 _SAVE_TOKENIZER_AGAIN = "save the tokenizer again (tokenizer.save_pretrained) or download it again"
@@ -212,6 +220,11 @@ def _read_json(path: Path, remedy: str) -> object:
 __all__ = [
     "HUB_ID",
     "MODEL_CONFIG_FILE",
+    "ONNX_DECODER_FILE",
+    "ONNX_DECODER_WITH_PAST_FILE",
+    "ONNX_ENCODER_FILE",
+    "ONNX_GRAPH_FILES",
+    "ONNX_WEIGHTS_FILE",
     "TOKENIZER_FILE",
     "TOKENIZER_VOCABULARIES",
     "CorruptFileError",

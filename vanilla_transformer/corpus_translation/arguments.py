@@ -4,7 +4,7 @@ have train's names and meanings, so that the corpus written is read by `train` w
 from dataclasses import dataclass, field
 
 from ..inference.quantization import QUANTIZATIONS
-from ..inference.translate import DTYPES, ENGINES
+from ..inference.translate import DTYPES, ENGINES, check_onnx_options
 from ..training.arguments import check_at_least, check_positive
 
 ROLES = ("train", "validation", "test")
@@ -15,7 +15,7 @@ class CorpusTranslationArguments:
     model: str = field(
         metadata={
             "help": "the translating model: one of our folders (a run's output, a folder `convert marian` wrote), a "
-            "Hub id of ours, or with --engine ctranslate2 a folder `export ctranslate2` wrote"
+            "Hub id of ours, or with --engine ctranslate2 / onnx a folder `export ctranslate2` / `export onnx` wrote"
         }
     )
     output_dir: str = field(metadata={"help": "the corpus folder to write (train --dataset reads it as it is)"})
@@ -39,7 +39,10 @@ class CorpusTranslationArguments:
     )
     engine: str = field(
         default="pytorch",
-        metadata={"help": "pytorch: generate(); ctranslate2: a folder from `export ctranslate2`", "choices": ENGINES},
+        metadata={
+            "help": "pytorch: generate(); ctranslate2: a folder from `export ctranslate2`; onnx: from `export onnx`",
+            "choices": ENGINES,
+        },
     )
     quantize: str | None = field(
         default=None,
@@ -82,6 +85,8 @@ class CorpusTranslationArguments:
         for role in self.translate:
             if not self.split_names().get(role):
                 raise ValueError(f"translate names {role}, but {role}_split is empty: name the split to translate")
+        if self.engine == "onnx":
+            check_onnx_options(self.quantize, self.dtype, self.device)
         if self.engine == "ctranslate2" and self.dtype is not None and self.quantize is not None:
             raise ValueError("dtype and quantize both name CTranslate2's compute type: give one")
 

@@ -17,16 +17,20 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..common.languages import check_languages
 from ..common.model_folder import load_tokenizer
 from ..inference.ctranslate2_engine import load_ctranslate2
+from ..inference.onnx_engine import load_onnx
 from ..inference.translate import _translate, load_for_translation
 from ..tokenization import iter_lines
 from ..training.corpus import FileDigests, default_corpus_cache, read_split, split_source
 from .arguments import CorpusTranslationArguments
-from .languages import check_languages
 from .source_side import SourceSide, find_source_side
 from .translated_folder import TranslatedFolder
 
+BACK_TRANSLATION_HINT = (
+    "back-translation runs a target->source model on target-language text, with --source_lang and --target_lang swapped"
+)
 # the files of a model folder that are not what it translates with
 _NOT_THE_MODEL = {"README.md", "results.json"}
 
@@ -64,8 +68,11 @@ def translate_corpus(args: CorpusTranslationArguments) -> dict:
     if folder.finished:
         return {"finished": True, "already": True, "folder": str(folder.folder)}
     # the tokenizer says what the model translates: a wrong model is refused before the text is read or weights load
-    check_languages(args.model, load_tokenizer(args.model, described_as="model"), args.source_lang, args.target_lang)
+    declared_by = load_tokenizer(args.model, described_as="model")
+    check_languages(args.model, declared_by, args.source_lang, args.target_lang, BACK_TRANSLATION_HINT)
     counts = {role: count_sentences(side) for role, side in sides.items()}
+    for source in carried.values():  # a carried split is refused now, not copied broken after hours of translation
+        check_aligned(source)
     model, tokenizer = load_translator(args, state)
     if args.length_penalty is not None:
         model.generation_config.length_penalty = args.length_penalty
@@ -154,6 +161,8 @@ def load_translator(args: CorpusTranslationArguments, state):
         compute_type = args.quantize or args.dtype or "default"
         index = state.local_process_index if device == "cuda" else 0
         return load_ctranslate2(args.model, device, compute_type, device_index=index)
+    if args.engine == "onnx":
+        return load_onnx(args.model)
     if device == "cuda":
         device = str(state.device)
     return load_for_translation(args.model, device, args.dtype, args.trust_remote_code, args.quantize)
@@ -164,6 +173,18 @@ def count_sentences(side: SourceSide) -> int:
     if not count:
         raise ValueError(f"{side.describe()} holds no text to translate")
     return count
+
+
+def check_aligned(source) -> None:
+    """A split of two text files has as many lines in each (a table or a Hub dataset is aligned by its rows)."""
+    if len(source.files) != 2:
+        return
+    lines = [sum(1 for _ in iter_lines(path)) for path in source.files]
+    if lines[0] != lines[1]:
+        raise ValueError(
+            f"{source.files[0]} has {lines[0]} lines but {source.files[1]} has {lines[1]}: parallel files must be "
+            "aligned line by line"
+        )
 
 
 def model_identity(model: str, digests: FileDigests) -> str | dict[str, str]:

@@ -254,10 +254,8 @@ def export_ctranslate2(
     return output
 
 
-def add_export_subcommand(subparsers) -> None:
-    """Add `export ctranslate2 FOLDER OUTPUT [--quantization Q] [--force]`; the handler is in `func`."""
-    export = subparsers.add_parser("export", help="write a trained folder in another engine's format")
-    formats = export.add_subparsers(dest="format", required=True)
+def add_ctranslate2_format(formats) -> None:
+    """`export ctranslate2 FOLDER OUTPUT [--quantization Q] [--force]`."""
     ct2 = formats.add_parser(
         "ctranslate2",
         help="a CTranslate2 model folder (translate with: translate --engine ctranslate2 --model OUTPUT)",
@@ -279,7 +277,7 @@ def _run_export_ctranslate2(args) -> int:
 
 __all__ = [
     "POSITION_TABLE_ROWS",
-    "add_export_subcommand",
+    "add_ctranslate2_format",
     "build_spec",
     "export_ctranslate2",
     "unsupported_switches",

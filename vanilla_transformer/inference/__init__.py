@@ -1,4 +1,4 @@
-"""Inference: translating (`translate`, int8, CTranslate2 exports); loading folders is `common`'s, re-exported."""
+"""Inference: translating (`translate`, int8, CTranslate2 and ONNX exports); loading folders is `common`'s."""
 
 from ..common.model_folder import (
     CorruptFileError,
@@ -8,6 +8,7 @@ from ..common.model_folder import (
     load_tokenizer,
 )
 from .ctranslate2_engine import load_ctranslate2
+from .onnx_engine import load_onnx
 from .quantization import quantize_linear_layers
 from .translate import add_translate_subcommand, load_for_translation, run_translate, translate
 
@@ -19,6 +20,7 @@ __all__ = [
     "load_ctranslate2",
     "load_for_translation",
     "load_model_folder",
+    "load_onnx",
     "load_tokenizer",
     "quantize_linear_layers",
     "run_translate",

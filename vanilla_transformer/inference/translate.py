@@ -21,10 +21,13 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..common.extras import import_sentencex
 from ..common.model_folder import load_model_folder, load_tokenizer
+from ..common.paragraphs import translate_paragraphs
 from ..lexical_shortlist import LexicalShortlist
 from ..tokenization import iter_lines, tokenizer_identity
 from .ctranslate2_engine import load_ctranslate2
+from .onnx_engine import load_onnx
 from .quantization import QUANTIZATIONS, quantize_linear_layers
 
 DEFAULT_NUM_BEAMS = 5
@@ -36,7 +39,7 @@ DEFAULT_MAX_INPUT_TOKENS = 1024
 # its source in tokens (the paper: "maximum output length to input length + 50").
 EXTRA_OUTPUT_TOKENS = 50
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-ENGINES = ("pytorch", "ctranslate2")
+ENGINES = ("pytorch", "ctranslate2", "onnx")
 
 
 def translate(
@@ -80,6 +83,17 @@ def translate(
     )
 
 
+def check_shortlist(model, tokenizer) -> LexicalShortlist:
+    """The shortlist `model` decodes with (its folder's, or the one set on it), checked as every command and the
+    service check it before any work: readable, the model's vocabulary, and `tokenizer`'s ids (another tokenizer of
+    the same size means other tokens)."""
+    if not hasattr(model, "shortlist"):
+        raise ValueError(f"shortlist=True needs one of this package's models, not a {type(model).__name__}")
+    shortlist = model.shortlist()
+    shortlist.check_tokenizer(tokenizer_identity(tokenizer), "the model's tokenizer")
+    return shortlist
+
+
 def _translate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -98,10 +112,8 @@ def _translate(
     if isinstance(texts, str):
         raise TypeError("translate() takes a list of texts, not a single string: wrap it as [text]")
     check_options(num_beams, max_new_tokens, batch_size, max_input_tokens)
-    if shortlist:  # before any work: the shortlist is there and holds this tokenizer's ids
-        if not hasattr(model, "shortlist"):
-            raise ValueError(f"shortlist=True needs one of this package's models, not a {type(model).__name__}")
-        model.shortlist().check_tokenizer(tokenizer_identity(tokenizer), "the model's tokenizer")
+    if shortlist:  # before any work
+        check_shortlist(model, tokenizer)
     config, generation_config = model.config, model.generation_config
     num_beams = num_beams or generation_config.num_beams or DEFAULT_NUM_BEAMS
     max_new_tokens = max_new_tokens or generation_config.max_new_tokens
@@ -178,6 +190,19 @@ def check_options(num_beams: int | None, max_new_tokens: int | None, batch_size:
             raise ValueError(f"{name}={value} must be a positive integer (or None for the generation config's)")
     if max_input_tokens is not None and max_input_tokens < 1:
         raise ValueError(f"max_input_tokens={max_input_tokens} must be a positive integer")
+
+
+def check_onnx_options(quantize: str | None, dtype: str | None, device: str | None, shortlist: bool = False) -> None:
+    """What the ONNX engine does not take: its precision is the export's, its device the CPU."""
+    if quantize or dtype:
+        raise ValueError(
+            "--engine onnx runs the export as it was written: for int8, export it with "
+            "`vanilla-transformer export onnx FOLDER OUT --quantize int8` (no --quantize or --dtype here)"
+        )
+    if device not in (None, "cpu"):
+        raise ValueError(f"--engine onnx runs on the CPU with ONNX Runtime, not --device {device}")
+    if shortlist:
+        raise ValueError("--engine onnx decodes with the whole vocabulary: --shortlist takes the pytorch engine")
 
 
 def _truncate(ids: list[int], max_tokens: int, eos_token_id: int | None) -> list[int]:
@@ -268,13 +293,20 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
         "--engine",
         choices=ENGINES,
         default="pytorch",
-        help="pytorch: the model folder with generate(); ctranslate2: a folder from `export ctranslate2`",
+        help="pytorch: the model folder with generate(); ctranslate2: a folder from `export ctranslate2`; onnx: a "
+        "folder from `export onnx` in ONNX Runtime",
     )
     parser.add_argument(
         "--shortlist",
         action="store_true",
         help="decode with the model's lexical shortlist (`vanilla-transformer shortlist` builds one; with "
         "--engine ctranslate2, the export's vocabulary map)",
+    )
+    parser.add_argument(
+        "--split-sentences",
+        metavar="LANGUAGE",
+        help="each line is a paragraph: split it into sentences by the rules of LANGUAGE (the source's ISO 639 code, "
+        "sentencex), translate them as one batch and join them with the line's own spacing (.[paragraphs])",
     )
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="run the model code stored with the model (Hub repos)"
@@ -285,6 +317,8 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
 
 def run_translate(args: argparse.Namespace) -> int:
     check_options(args.num_beams, args.max_new_tokens, args.batch_size, args.max_input_tokens)
+    if args.split_sentences:
+        import_sentencex()  # before the model loads: a missing extra is told at once
     if args.input:
         missing = [str(path) for path in args.input if not path.is_file()]
         if missing:
@@ -299,6 +333,9 @@ def run_translate(args: argparse.Namespace) -> int:
     if args.engine == "ctranslate2":
         compute_type = args.quantize or args.dtype or "default"
         model, tokenizer = load_ctranslate2(args.model, args.device, compute_type)
+    elif args.engine == "onnx":
+        check_onnx_options(args.quantize, args.dtype, args.device, args.shortlist)
+        model, tokenizer = load_onnx(args.model)
     else:
         # the shortlist before the weights: a folder without one is told at once
         shortlist = LexicalShortlist.from_pretrained(args.model) if args.shortlist else None
@@ -307,19 +344,27 @@ def run_translate(args: argparse.Namespace) -> int:
         )
         if shortlist is not None:
             model.lexical_shortlist = shortlist
-    translations = _translate(
-        model,
-        tokenizer,
-        texts,
-        num_beams=args.num_beams,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-        max_input_tokens=args.max_input_tokens,
-        device=None,
-        progress=bool(args.input),
-        line_names=names,
-        shortlist=args.shortlist,
-    )
+
+    def translate_lines(lines: list[str], line_names: list[str] | None = names) -> list[str]:
+        return _translate(
+            model,
+            tokenizer,
+            lines,
+            num_beams=args.num_beams,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+            max_input_tokens=args.max_input_tokens,
+            device=None,
+            progress=bool(args.input),
+            line_names=line_names,
+            shortlist=args.shortlist,
+        )
+
+    if args.split_sentences:
+        # a sentence's line name would be its paragraph's: truncation warnings then name sentences by number
+        translations = translate_paragraphs(texts, args.split_sentences, lambda lines: translate_lines(lines, None))
+    else:
+        translations = translate_lines(texts)
     # one translation per line, whatever bytes the model produced
     lines = "".join(" ".join(text.splitlines()) + "\n" for text in translations)
     if args.output is None:

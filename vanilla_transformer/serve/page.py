@@ -1,8 +1,9 @@
 """The page: a Gradio Blocks app over a `TranslationService`.
 
 Tab "Translate": a text box and a Translate button; greedy, beam or sampling with their settings; the engine; the
-translation with each new token's probability; and, for the translation shown, the cross-attention alignment and the
-encoder and decoder self-attention with a layer and head picker (all heads as small multiples, one head large).
+translation (a paragraph as its sentences) with each new token's probability; and, for the translation shown, the
+cross-attention alignment and the encoder and decoder self-attention with a layer and head picker (all heads as small
+multiples, one head large).
 Tab "Positions and masks": the model's positions and the masks of the sentence. The examples under the box come from
 the model card or the model's validation set.
 
@@ -15,12 +16,50 @@ once.
 
 from __future__ import annotations
 
+import logging
+
 import gradio as gr
 
 from ..visualization.attention import STACK_NAMES
 from .batching import Batcher, Busy
 from .inspection import alignment_figure, attentions, heads_figure, masks_figure, positions_figure
 from .service import DECODINGS, ENGINES, RequestError, Settings, TranslationService
+
+logger = logging.getLogger(__name__)
+
+
+def percent(probability: float) -> str:
+    return f"{probability:.0%}"
+
+
+def _colour(share: float) -> str:
+    """One scale for every badge: red at 0%, amber at 50%, green at 100%."""
+    red, green = (255, int(510 * share)) if share < 0.5 else (int(510 * (1 - share)), 200)
+    return f"#{min(red, 255):02x}{min(green, 200):02x}40"
+
+
+# the badges' labels are their probabilities: a colour for each, on one scale (Gradio otherwise colours by label)
+PROBABILITY_COLOURS = {percent(share / 100): _colour(share / 100) for share in range(101)}
+
+
+def _number(value, kind: type, name: str):
+    """A setting that must be a number (`kind`), as the page's sliders send it; anything else names the field."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RequestError(f"{name}={value!r} must be a number")
+    if kind is int and value != int(value):
+        raise RequestError(f"{name}={value!r} must be a whole number")
+    return kind(value)
+
+
+def _picked(value, name: str) -> int:
+    """A layer or head number, as its picker sends it (a string of digits) or a caller does (a whole number)."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise RequestError(f"{name}={value!r} must be a layer or head number (0, 1, ...)")
 
 
 def build_page(service: TranslationService, batcher: Batcher, examples: list[str], title: str, queue_size: int):
@@ -48,29 +87,44 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
 
     async def translate(text, decoding, num_beams, temperature, top_k, top_p, engine):
         """One request; the batcher translates it with the others waiting beside it."""
-        settings = Settings(decoding, int(num_beams), float(temperature), int(top_k), float(top_p), engine)
-        try:
+        try:  # Gradio's API passes what a caller sends: the page's own controls always send numbers
+            settings = Settings(
+                decoding, _number(num_beams, int, "num_beams"), _number(temperature, float, "temperature"),
+                _number(top_k, int, "top_k"), _number(top_p, float, "top_p"), engine or service.default_engine,
+            )  # fmt: skip
             translation = await batcher.translate(text, settings)
         except RequestError as error:  # answered, with the limit it broke
             return f"⚠ {error}", []
         except Busy as error:
             raise gr.Error(str(error)) from None
+        except Exception as error:  # noqa: BLE001 - the model failed on this request: one line, the log has it all
+            logger.exception("a request of the page failed in translation")
+            raise gr.Error(f"the translation failed: {type(error).__name__}: {' '.join(str(error).split())}") from None
         pairs = zip(translation.tokens, translation.probabilities, strict=True)
-        return translation.text, [(token, f"{p:.0%}") for token, p in pairs]
+        return translation.text, [(token, percent(p)) for token, p in pairs]
 
     def inspect(text, translation, stack, layer, head):
-        if not text.strip() or translation.startswith("⚠"):
+        if not isinstance(text, str) or not isinstance(translation, str):
+            raise gr.Error("/inspect takes the text and its translation (a string each), as /translate gave it")
+        if not text.strip() or not translation.strip() or translation.startswith("⚠"):
             return None, None, None, None, None
+        if stack not in STACK_NAMES:
+            raise gr.Error(f"stack={stack!r} is not one of {', '.join(STACK_NAMES)}")
+        try:
+            layer, head = _picked(layer, "layer"), _picked(head, "head")
+            # both sides come from the caller through /inspect: capped as the service caps its own
+            service.check(text, Settings(engine=service.default_engine))
+        except RequestError as error:
+            raise gr.Error(str(error)) from None
+        layers, heads = sizes(stack)
+        # a picker may still hold the last stack's number while the stack changes: the nearest one there is
+        layer, head = min(layer, layers - 1), min(head, heads - 1)
         tokenizer = service.tokenizer
-        # both sides come from the caller through /inspect: capped as the service caps its own
-        service.check(text, Settings())
         source = tokenizer(text, truncation=True, max_length=service.max_input_tokens)["input_ids"]
         limit = min(service.max_new_tokens, len(translation) + 2)  # one token a character at most, and the ends
         generated = tokenizer(text_target=translation[: limits.max_characters], truncation=True, max_length=limit)
         with service.lock:  # the model is shared with the batcher's generate(), and this switches its attention
             weights = attentions(model, tokenizer, source, generated["input_ids"])
-        layers, heads = sizes(stack)
-        layer, head = min(int(layer or 0), layers - 1), min(int(head or 0), heads - 1)
         return (
             alignment_figure(weights),
             heads_figure(weights, stack, layer),
@@ -95,7 +149,9 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
             button = gr.Button("Translate", variant="primary", elem_id="translate-button")
             translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
-            probabilities = gr.HighlightedText(label="Each new token and its probability", elem_id="tokens")
+            probabilities = gr.HighlightedText(
+                label="Each new token and its probability", elem_id="tokens", color_map=PROBABILITY_COLOURS
+            )
             if model is not None:
                 alignment = gr.Plot(label="Cross-attention alignment", elem_id="alignment")
                 with gr.Row():
@@ -106,8 +162,8 @@ def build_page(service: TranslationService, batcher: Batcher, examples: list[str
                     head = gr.Dropdown(numbered(sizes("cross")[1]), value="0", label="Head (large)", elem_id="head")
                 all_heads = gr.Plot(label="All heads of the layer", elem_id="all-heads")
                 one_head = gr.Plot(label="One head", elem_id="one-head")
-            else:  # a CTranslate2 export: its weights are not a PyTorch model that returns attention
-                gr.Markdown("The pictures need the PyTorch model: serve the model folder, not its CTranslate2 export.")
+            else:  # an export: its weights are not a PyTorch model that returns attention
+                gr.Markdown("The pictures need the PyTorch model: serve the model folder, not its export.")
         if model is not None:
             with gr.Tab("Positions and masks"):
                 positions_plot = gr.Plot(label="The model's positions")

@@ -1,12 +1,14 @@
-"""The translation service behind the page and its API: a model loaded once (PyTorch float32, its int8 twin, or a
-CTranslate2 export), every request checked against the service's limits before it reaches the model, and the
-requests that arrive together translated in one generate() call per setting, each new token with its probability.
+"""The translation service behind the page and its API: a model loaded once (PyTorch float32, its int8 twin, a
+CTranslate2 export or an ONNX export), every request checked against the service's limits before it reaches the model,
+and the requests that arrive together translated in one generate() call per setting, each new token with its
+probability; a paragraph is translated as its sentences, joined again in its own spacing.
 
 A request's text is never interpreted: it goes to the tokenizer and comes back as text.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import dataclass, field
@@ -14,11 +16,17 @@ from pathlib import Path
 
 import torch
 
-from ..inference.translate import _length_batches, _truncate
+from ..common.extras import import_sentencex
+from ..common.languages import declared_languages
+from ..common.paragraphs import Paragraph, split_paragraph
+from ..inference.translate import _length_batches, _truncate, check_shortlist
 from ..lexical_shortlist import SHORTLIST_FILE
 
 DECODINGS = ("greedy", "beam", "sampling")
-ENGINES = {"pytorch": "PyTorch float32", "int8": "PyTorch int8", "ctranslate2": "CTranslate2"}
+# sampling's knobs: (lowest, highest, whether the lowest is excluded). Below 0.01 a temperature scales the logits past
+# what float32 holds, and the probabilities it samples from overflow
+SAMPLING_RANGES = {"temperature": (0.01, 10.0, False), "top_p": (0, 1, True), "top_k": (0, 10_000, False)}
+ENGINES = {"pytorch": "PyTorch float32", "int8": "PyTorch int8", "ctranslate2": "CTranslate2", "onnx": "ONNX Runtime"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,8 @@ class Limits:
     max_input_tokens: int = 256
     max_new_tokens: int = 256
     max_beams: int = 8
+    # a paragraph's sentences: each may run to max_new_tokens, so a text of many short ones is bounded here
+    max_sentences: int = 32
     max_batch_size: int = 16  # requests translated in one generate() call
     max_wait_ms: float = 5.0  # how long a lone request waits for others to share its generate() call
 
@@ -48,6 +58,7 @@ class Settings:
     top_p: float = 1.0
     engine: str = "pytorch"
     seed: int = 0
+    split_sentences: bool = True  # a paragraph translated as its sentences, joined in its own spacing
 
     def generation_keywords(self) -> dict:
         if self.decoding == "sampling":
@@ -70,32 +81,56 @@ class RequestError(ValueError):
 
 
 class TranslationService:
-    """One model folder (or CTranslate2 export) and the engines it can run, serving `translate_batch`."""
+    """One model folder (or CTranslate2 or ONNX export) and the engines it can run, serving `translate_batch`."""
 
-    def __init__(self, folder: str | Path, limits: Limits | None = None, trust_remote_code: bool = False):
+    def __init__(
+        self,
+        folder: str | Path,
+        limits: Limits | None = None,
+        trust_remote_code: bool = False,
+        threads: int | None = None,
+    ):
+        """`threads`: ONNX Runtime's, for an ONNX export (PyTorch's are the process's: `torch.set_num_threads`)."""
         from ..inference.ctranslate2_engine import load_ctranslate2
+        from ..inference.onnx_engine import is_onnx_export, load_onnx
         from ..inference.translate import load_for_translation
 
+        import_sentencex()  # paragraphs are split into sentences: a missing extra is said at start
         self.folder, self.limits = str(folder), limits or Limits()
         self.engines: dict[str, object] = {}
         self.lock = threading.Lock()  # one generate() at a time: the model is not re-entrant
         self.batch_sizes: list[int] = []  # requests translated together, one entry per translate_batch call
-        if (Path(self.folder) / "model.bin").is_file():  # an export: CTranslate2 is the only engine
+        self.model = None  # the PyTorch model: an export has none, and so no pictures
+        if (Path(self.folder) / "model.bin").is_file():  # an export: its engine is the only one
             self.engines["ctranslate2"], self.tokenizer = load_ctranslate2(self.folder, "cpu")
-            self.model = None
+        elif is_onnx_export(self.folder):
+            self.engines["onnx"], self.tokenizer = load_onnx(self.folder, threads or 0)
         else:
             self.model, self.tokenizer = load_for_translation(
                 self.folder, device="cpu", trust_remote_code=trust_remote_code
             )
             self.engines["pytorch"] = self.model
-        self.shortlist = (Path(self.folder) / SHORTLIST_FILE).is_file()
-        self.vocabulary_map = self.shortlist and (Path(self.folder) / "vmap.txt").is_file()  # an export's shortlist
+        has_shortlist = (Path(self.folder) / SHORTLIST_FILE).is_file()
+        self.shortlist = has_shortlist and self.model is not None  # the PyTorch model decodes with it
+        self.vocabulary_map = has_shortlist and (Path(self.folder) / "vmap.txt").is_file()  # a CTranslate2 export's
+        engine = self.engines[self.default_engine]
+        declared = declared_languages(self.folder, self.tokenizer)
+        # sentencex's rules for the model's source language (an unknown one gets its generic rules)
+        self.source_language = declared[0][0] if declared else "en"
+        if self.shortlist or self.vocabulary_map:
+            # at start, as `translate --shortlist` checks it: a damaged file or another tokenizer's ids stop here,
+            # not in every request
+            check_shortlist(engine, self.tokenizer)
         # one length limit for every request, whatever else shares its batch, so that a batch changes no translation
-        engine = self.model if self.model is not None else self.engines["ctranslate2"]
         positions = _learned_positions(engine.config)
         configured = engine.generation_config.max_new_tokens or math.inf
         self.max_new_tokens = min(self.limits.max_new_tokens, configured, positions)
         self.max_input_tokens = min(self.limits.max_input_tokens, positions)
+
+    @property
+    def default_engine(self) -> str:
+        """The engine a request that names none gets: the first the page shows."""
+        return next(iter(self.engines))
 
     def add_int8(self) -> None:
         """The int8 twin of the PyTorch model (torch's dynamic quantization), as a second engine."""
@@ -127,6 +162,11 @@ class TranslationService:
             text.encode("utf-8")
         except UnicodeEncodeError as error:  # a lone surrogate, which JSON can carry and no tokenizer encodes
             raise RequestError(f"the text is not valid Unicode at character {error.start}") from None
+        sentences = len(self._paragraph(text, settings).sentences)
+        if sentences > limits.max_sentences:
+            raise RequestError(
+                f"the text has {sentences} sentences; this service translates at most {limits.max_sentences} a request"
+            )
         if not 0 <= settings.seed < 2**63:
             raise RequestError(f"seed={settings.seed} is outside 0 to 2**63 - 1")
         if settings.engine not in self.engines:
@@ -137,29 +177,47 @@ class TranslationService:
             raise RequestError(f"num_beams={settings.num_beams} is outside 1 to {limits.max_beams}")
         if settings.decoding == "sampling":
             if settings.engine == "ctranslate2":
-                raise RequestError("sampling is served with the PyTorch engines")
-            if not (0 < settings.temperature <= 10 and 0 < settings.top_p <= 1 and 0 <= settings.top_k <= 10_000):
-                raise RequestError("sampling takes 0 < temperature <= 10, 0 < top_p <= 1 and 0 <= top_k <= 10000")
+                raise RequestError("sampling is not served with CTranslate2: choose another engine")
+            for name, (low, high, excluded) in SAMPLING_RANGES.items():
+                value = getattr(settings, name)
+                if not (low < value <= high if excluded else low <= value <= high):
+                    lowest = f"{low:g} (excluded)" if excluded else f"{low:g}"
+                    raise RequestError(f"{name}={value!r} is outside {lowest} to {high:g}")
 
     def translate_batch(self, texts: list[str], settings: list[Settings]) -> list[Translation]:
         """Translate requests that arrived together: one generate() call per distinct setting, sentences sorted by
-        length; each request checked first (a refused one raises, naming the limit)."""
+        length; each request checked first (a refused one raises, naming the limit). A paragraph is translated as
+        its sentences (unless its settings say otherwise), joined again in its own spacing."""
         for text, setting in zip(texts, settings, strict=True):
             self.check(text, setting)
         self.batch_sizes.append(len(texts))
+        paragraphs = [self._paragraph(text, setting) for text, setting in zip(texts, settings, strict=True)]
         results: list[Translation | None] = [None] * len(texts)
         groups: dict[tuple[Settings, int | None], list[int]] = {}
-        for index, (text, setting) in enumerate(zip(texts, settings, strict=True)):
-            if not text.strip():
+        for index, (paragraph, setting) in enumerate(zip(paragraphs, settings, strict=True)):
+            if not paragraph.sentences:
                 results[index] = Translation("")
             elif setting.decoding == "sampling":  # alone: its sample depends on its seed only, not on its batch
                 groups[(setting, index)] = [index]
             else:
                 groups.setdefault((setting, None), []).append(index)
         for (setting, _), indices in groups.items():
-            for index, translation in zip(indices, self._translate(setting, [texts[i] for i in indices]), strict=True):
-                results[index] = translation
+            sentences = [sentence for i in indices for sentence in paragraphs[i].sentences]
+            translated = iter(self._translate(setting, sentences))
+            for index in indices:
+                parts = [next(translated) for _ in paragraphs[index].sentences]
+                results[index] = Translation(
+                    paragraphs[index].join([part.text for part in parts]),
+                    [token for part in parts for token in part.tokens],
+                    [probability for part in parts for probability in part.probabilities],
+                    sum(part.input_tokens for part in parts),
+                )
         return results  # type: ignore[return-value]
+
+    def _paragraph(self, text: str, settings: Settings) -> Paragraph:
+        if settings.split_sentences:  # split when checked, and the split kept for the translation
+            return _split(text, self.source_language)
+        return Paragraph((text,) if text.strip() else (), ("", "") if text.strip() else (text,))
 
     def _translate(self, settings: Settings, texts: list[str]) -> list[Translation]:
         tokenizer, limits = self.tokenizer, self.limits
@@ -233,6 +291,11 @@ class TranslationService:
             chosen = [*tokens, tokenizer.eos_token] if ended else list(tokens)
             done.append(Translation(text, chosen, [math.exp(p) for p in score.log_probs[: len(chosen)]]))
         return done
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(text: str, language: str) -> Paragraph:
+    return split_paragraph(text, language)
 
 
 def _learned_positions(config) -> int | float:

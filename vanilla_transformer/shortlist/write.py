@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common.languages import check_languages
 from ..common.model_folder import load_config, load_tokenizer
 from ..lexical_shortlist import CANDIDATES, FREQUENT, MIN_COUNT, SHORTLIST_FILE, LexicalShortlist
 from ..tokenization import tokenizer_identity
@@ -64,6 +65,9 @@ def write_shortlist(
     if path.exists() and not force:
         raise FileExistsError(f"{path} exists: pass --force to build it anew")
     tokenizer = load_tokenizer(folder, described_as="model")
+    # the model's languages before the corpus is prepared: a shortlist of the other direction would map the wrong ids
+    swapped = f"pass --source_lang {data_args.target_lang} --target_lang {data_args.source_lang}"
+    check_languages(str(folder), tokenizer, data_args.source_lang, data_args.target_lang, swapped)
     if corpus is None:
         if is_prepared(data_args.dataset):
             given = load_prepared(Path(data_args.dataset), data_args).tokenizer

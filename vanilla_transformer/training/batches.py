@@ -201,7 +201,11 @@ def worker_death(error: BaseException, workers=()) -> str | None:
     if match is not None or isinstance(error, (ConnectionError, EOFError)):
         for worker in workers:  # a pipe breaks as its process dies, an instant before the exit status is there
             if getattr(worker, "exitcode", 0) is None:
-                worker.join(timeout=1.0)
+                try:
+                    worker.join(timeout=1.0)
+                except RuntimeError as again:  # torch's SIGCHLD handler, telling of the same death during the wait
+                    if _WORKER_DEATH.search(str(again)) is None:
+                        raise
     gone = [worker for worker in workers if getattr(worker, "exitcode", None) not in (None, 0)]
     if match is not None:
         pids = match["pids"].strip()

@@ -76,9 +76,11 @@ from .starting_model import StartingModel
 from .trained_parts import (
     add_lora,
     check_freeze,
+    check_same_trained_parts,
     freeze,
     plain_model,
     save_adapter,
+    save_trained_parts,
     trainable_parameters,
     trainable_summary,
 )
@@ -276,6 +278,7 @@ class TrainingRun:
         self.resume_folder = resolve_resume(self.checkpoint_root, train_args.resume_from_checkpoint)
         if self.resume_folder is not None:
             check_same_model(self.resume_folder, self.switch_config(), model_defining_switches())
+            check_same_trained_parts(self.resume_folder, train_args)
         if self.accelerator.is_main_process:
             clear_earlier_run(self.output_dir, train_args)
         self.accelerator.wait_for_everyone()
@@ -485,6 +488,7 @@ class TrainingRun:
             self.unwrapped.config.to_json_file(partial / CONFIG_NAME)
             self.unwrapped.generation_config.save_pretrained(partial)
             self.tokenizer.save_pretrained(partial)
+            save_trained_parts(self.args, partial)
             replace_folder(partial, folder)
             prune(self.checkpoint_root, max(self.args.save_total_limit, self.args.average_last_checkpoints))
         self.accelerator.wait_for_everyone()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -37,6 +38,64 @@ def check_freeze(parts: list[str], config=None) -> None:
                 f"freeze={part!r}: the model's {match['stack']} has {count}, so {match['stack']}:N takes N from 1 to "
                 f"{layers}"
             )
+
+
+# what a checkpoint records of the parts its run trained, so that a resumed run trains the same ones
+TRAINED_PARTS_FILE = "trained_parts.json"
+TRAINED_PARTS_FLAGS = ("freeze", "lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+
+
+def trained_parts(train_args) -> dict:
+    """The flags that decide what a run trains, as its checkpoints record them."""
+    settings = {name: getattr(train_args, name) for name in TRAINED_PARTS_FLAGS}
+    settings["freeze"] = sorted(settings["freeze"])
+    if train_args.lora_r is None:  # the adapter's settings mean nothing without adapters
+        settings.update(lora_alpha=None, lora_dropout=None, lora_targets=None)
+    else:
+        settings["lora_targets"] = sorted(settings["lora_targets"])
+        settings["lora_alpha"] = float(lora_alpha(train_args.lora_alpha, train_args.lora_r))
+    return settings
+
+
+def save_trained_parts(train_args, checkpoint: Path) -> None:
+    (checkpoint / TRAINED_PARTS_FILE).write_text(json.dumps(trained_parts(train_args), indent=1) + "\n")
+
+
+def check_same_trained_parts(checkpoint: Path, train_args) -> None:
+    """A resumed run trains what its checkpoint trained: the optimizer's state holds those parameters, and adapters
+    of another rank or on other projections are other weights. Refused before anything loads, naming each flag that
+    differs. A checkpoint saved before checkpoints recorded this is not checked."""
+    recorded = checkpoint / TRAINED_PARTS_FILE
+    if not recorded.is_file():
+        return
+    try:
+        then = json.loads(recorded.read_text())
+    except ValueError as error:
+        raise ValueError(f"{recorded} is corrupt: {error}") from error
+    now = trained_parts(train_args)
+    differing = [name for name in TRAINED_PARTS_FLAGS if then.get(name) != now[name]]
+    if "lora_r" in differing:  # adapters on one side only: their settings follow, and need no naming
+        differing = [name for name in differing if name == "lora_r" or not name.startswith("lora_")]
+    if differing:
+
+        def flags(settings: dict) -> str:
+            return ", ".join(f"--{name} {_flag_value(settings.get(name))}" for name in differing)
+
+        raise ValueError(
+            f"checkpoint {checkpoint.name} was trained with {flags(then)}; this run has {flags(now)}: resume with the "
+            "checkpoint's flags, or start a new run"
+        )
+
+
+def _flag_value(value) -> str:
+    if value is None or value == []:
+        return "(none)"
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def lora_alpha(alpha: float | None, rank: int) -> float:
+    """LoRA's scale numerator: `alpha`, by default twice the rank."""
+    return 2 * rank if alpha is None else alpha
 
 
 def check_peft_installed() -> None:
@@ -85,7 +144,7 @@ def add_lora(model, rank: int, alpha: float | None, dropout: float, targets: lis
         raise ValueError(f"lora_targets {', '.join(absent)}: the model has no such projection; it has {available}")
     config = peft.LoraConfig(
         r=rank,
-        lora_alpha=2 * rank if alpha is None else alpha,
+        lora_alpha=lora_alpha(alpha, rank),
         lora_dropout=dropout,
         target_modules=list(targets),
         task_type=peft.TaskType.SEQ_2_SEQ_LM,

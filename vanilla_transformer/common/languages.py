@@ -1,4 +1,5 @@
-"""What a model says it translates, checked against the corpus before hours go into translating the wrong way."""
+"""What a model says it translates, checked against a corpus before hours go into the wrong way: translating it
+(`translate-corpus`), or building the model's shortlist from it (`shortlist`)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def declared_languages(model: str, tokenizer) -> tuple[tuple[str, str], str] | N
     return None
 
 
-def check_languages(model: str, tokenizer, source_lang: str, target_lang: str) -> None:
-    """Refuse a model that declares other languages than source_lang -> target_lang."""
+def check_languages(model: str, tokenizer, source_lang: str, target_lang: str, reversed_hint: str = "") -> None:
+    """Refuse a model that declares other languages than source_lang -> target_lang; `reversed_hint` ends the
+    message where the model translates target_lang -> source_lang (what to do then)."""
     declared = declared_languages(model, tokenizer)
     if declared is None:
         return
@@ -44,15 +46,11 @@ def check_languages(model: str, tokenizer, source_lang: str, target_lang: str) -
         return  # "eng" or "mul" against "en": codes of other kinds, which say nothing certain here
     if declared_codes == asked:
         return
-    reversed_hint = (
-        ": it translates the other way (back-translation runs a target->source model on target-language text, with "
-        "--source_lang and --target_lang swapped)"
-        if declared_codes == asked[::-1]
-        else ""
-    )
+    reversed_model = declared_codes == asked[::-1] and reversed_hint
     raise ValueError(
         f"--model {model} translates {source}->{target} ({where}), but the corpus is asked for "
-        f"{source_lang}->{target_lang} (--source_lang {source_lang} --target_lang {target_lang}){reversed_hint}"
+        f"{source_lang}->{target_lang} (--source_lang {source_lang} --target_lang {target_lang})"
+        + (f": it translates the other way ({reversed_hint})" if reversed_model else "")
     )
 
 
