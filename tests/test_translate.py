@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.inference.translate import _length_batches, add_translate_subcommand, translate
+from vanilla_transformer.inference.translate import (
+    _length_batches,
+    add_translate_subcommand,
+    default_dtype,
+    translate,
+)
 from vanilla_transformer.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, train_tokenizer
 
 WORDS = ("cat", "dog", "bird", "man", "woman", "child", "horse", "girl", "boy", "player")
@@ -172,6 +177,42 @@ def test_length_batches_are_longest_first_and_split_by_length_when_asked():
     assert list(_length_batches(indices, token_ids, 4, split_on_length=False)) == [[1, 3, 2, 4], [0, 5]]
     assert list(_length_batches(indices, token_ids, 4, split_on_length=True)) == [[1, 3], [2, 4], [0, 5]]
     assert list(_length_batches(indices, token_ids, 1, split_on_length=False)) == [[1], [3], [2], [4], [0], [5]]
+
+
+def test_a_token_budget_cuts_batches_by_sentences_times_longest_source_times_beams():
+    token_ids = {0: [1], 1: [1, 2, 3], 2: [1, 2], 3: [4, 5, 6], 4: [7, 8], 5: [9]}
+    indices = list(token_ids)
+
+    def batches(max_tokens, beams):
+        return list(_length_batches(indices, token_ids, 99, False, max_tokens=max_tokens, beams=beams))
+
+    assert batches(6, 1) == [[1, 3], [2, 4, 0], [5]]
+    # beams count: a 3-token source with 2 beams fills a budget of 6 alone, and still makes a batch
+    assert batches(6, 2) == [[1], [3], [2], [4], [0, 5]]
+    assert batches(None, 4) == [[1, 3, 2, 4, 0, 5]]
+
+
+def test_translations_within_a_token_budget_are_the_ones_without_it(tokenizer, monkeypatch):
+    model = tiny_model(tokenizer)
+    expected = translate(model, tokenizer, TEXTS, num_beams=2, max_new_tokens=5)
+    shapes = []
+    generate = model.generate
+
+    def recording_generate(input_ids, **kwargs):
+        shapes.append(tuple(input_ids.shape))
+        return generate(input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording_generate)
+    assert translate(model, tokenizer, TEXTS, num_beams=2, max_new_tokens=5, max_batch_tokens=40) == expected
+    assert len(shapes) > 1 and all(sentences * length * 2 <= 40 or sentences == 1 for sentences, length in shapes)
+
+
+def test_on_a_gpu_translation_loads_in_bfloat16_where_it_has_it(monkeypatch):
+    assert default_dtype("cpu") is None  # the saved precision
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert default_dtype("cuda") == torch.bfloat16 and default_dtype(torch.device("cuda", 1)) == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    assert default_dtype("cuda") is None
 
 
 def parse(argv):

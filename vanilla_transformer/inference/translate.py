@@ -31,7 +31,10 @@ from .onnx_engine import load_onnx
 from .quantization import QUANTIZATIONS, quantize_linear_layers
 
 DEFAULT_NUM_BEAMS = 5
-BATCH_SIZE = 32
+BATCH_SIZE = 32  # sentences a batch on the CPU, where a batch's time grows with its size anyway
+# On a GPU a batch is cut by its tokens instead: sentences x longest source x beams, at most this many. A sentence
+# count would leave a GPU idle on short sentences and run out of memory on long ones.
+GPU_BATCH_TOKENS = 16384
 # Input limit of models whose positions work at any length (sinusoidal, rotary): generous, but it keeps a stray
 # megabyte-long line from exhausting memory.
 DEFAULT_MAX_INPUT_TOKENS = 1024
@@ -49,15 +52,18 @@ def translate(
     *,
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     max_input_tokens: int | None = None,
     device: str | torch.device | None = None,
     progress: bool = False,
     shortlist: bool = False,
+    max_batch_tokens: int | None = None,
 ) -> list[str]:
     """Translate `texts` with `model.generate`; the translations come back in the order of `texts`.
 
-    - Sentences are sorted by length into batches of at most `batch_size`, so little compute goes to padding.
+    - Sentences are sorted by length into batches of at most `batch_size` sentences (default: 32 on the CPU, no
+      count on a GPU) and `max_batch_tokens` tokens, counted as sentences x longest source x beams (default: none
+      on the CPU, GPU_BATCH_TOKENS on a GPU), so little compute goes to padding and a GPU gets work enough.
     - An empty or whitespace-only text gives "" without reaching the model.
     - A text of more than `max_input_tokens` tokens (default: `max_position_embeddings` for learned positions,
       else 1024) is truncated, with a warning naming its line number (1-based), instead of failing.
@@ -80,6 +86,7 @@ def translate(
         device=device,
         progress=progress,
         shortlist=shortlist,
+        max_batch_tokens=max_batch_tokens,
     )
 
 
@@ -101,17 +108,18 @@ def _translate(
     *,
     num_beams: int | None,
     max_new_tokens: int | None,
-    batch_size: int,
+    batch_size: int | None,
     max_input_tokens: int | None,
     device: str | torch.device | None,
     progress: bool,
     line_names: Sequence[str] | None = None,
     on_batch: Callable[[int], None] | None = None,
     shortlist: bool = False,
+    max_batch_tokens: int | None = None,
 ) -> list[str]:
     if isinstance(texts, str):
         raise TypeError("translate() takes a list of texts, not a single string: wrap it as [text]")
-    check_options(num_beams, max_new_tokens, batch_size, max_input_tokens)
+    check_options(num_beams, max_new_tokens, batch_size, max_input_tokens, max_batch_tokens)
     if shortlist:  # before any work
         check_shortlist(model, tokenizer)
     config, generation_config = model.config, model.generation_config
@@ -150,11 +158,19 @@ def _translate(
     if device is not None:
         model.to(device)
     device = model.device
+    on_gpu = device.type == "cuda"
+    if batch_size is None:
+        batch_size = len(todo) if on_gpu else BATCH_SIZE
+    if max_batch_tokens is None and on_gpu:
+        max_batch_tokens = GPU_BATCH_TOKENS
     was_training = model.training
     model.eval()
     bar = tqdm(total=len(todo), unit="sent", file=sys.stderr, disable=not progress, desc="translating")
     try:
-        for batch in _length_batches(todo, token_ids, batch_size, split_on_length=limit_by_source):
+        batches = _length_batches(
+            todo, token_ids, batch_size, split_on_length=limit_by_source, max_tokens=max_batch_tokens, beams=num_beams
+        )
+        for batch in batches:
             inputs = tokenizer.pad({"input_ids": [token_ids[index] for index in batch]}, return_tensors="pt")
             limit = max_new_tokens
             if limit_by_source:
@@ -181,10 +197,17 @@ def _translate(
     return results
 
 
-def check_options(num_beams: int | None, max_new_tokens: int | None, batch_size: int, max_input_tokens: int | None):
+def check_options(
+    num_beams: int | None,
+    max_new_tokens: int | None,
+    batch_size: int | None,
+    max_input_tokens: int | None,
+    max_batch_tokens: int | None = None,
+):
     """Checked before a model is loaded: a wrong number should not wait for the model to be read."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be a positive integer")
+    for name, value in (("batch_size", batch_size), ("max_batch_tokens", max_batch_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}={value} must be a positive integer")
     for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{name}={value} must be a positive integer (or None for the generation config's)")
@@ -215,19 +238,38 @@ def _truncate(ids: list[int], max_tokens: int, eos_token_id: int | None) -> list
 
 
 def _length_batches(
-    indices: list[int], token_ids: dict[int, list[int]], batch_size: int, split_on_length: bool
+    indices: list[int],
+    token_ids: dict[int, list[int]],
+    batch_size: int,
+    split_on_length: bool,
+    max_tokens: int | None = None,
+    beams: int = 1,
 ) -> Iterable[list[int]]:
-    """Longest first (a batch that runs out of memory does so at once); ties keep their input order."""
+    """Longest first (a batch that runs out of memory does so at once); ties keep their input order. With
+    `max_tokens`, a batch's sentences x its longest source x `beams` stays within it (a longer sentence alone)."""
     ordered = sorted(indices, key=lambda index: -len(token_ids[index]))
     batch: list[int] = []
     for index in ordered:
         new_length = split_on_length and batch and len(token_ids[index]) != len(token_ids[batch[0]])
-        if batch and (len(batch) == batch_size or new_length):
+        # batch[0] is the batch's longest source: the sentences sorted longest first
+        over_budget = (
+            max_tokens is not None and batch and (len(batch) + 1) * len(token_ids[batch[0]]) * beams > max_tokens
+        )
+        if batch and (len(batch) == batch_size or new_length or over_budget):
             yield batch
             batch = []
         batch.append(index)
     if batch:
         yield batch
+
+
+def default_dtype(device: str | torch.device) -> torch.dtype | None:
+    """bfloat16 on a CUDA GPU that has it: generation reads every weight each step, and half the bytes is about
+    twice the steps, with float32's range (float16 may overflow a model trained in float32); None (the saved
+    precision) elsewhere."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return None
 
 
 def load_for_translation(
@@ -239,8 +281,9 @@ def load_for_translation(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a model and its tokenizer from a local folder or a Hub repo id, in eval mode, ready for `translate`.
 
-    `device`: None takes "cuda" when available, else "cpu". `dtype`: None keeps the saved precision; else one of
-    float32 / bfloat16 / float16 (name or torch dtype). `trust_remote_code=True` runs the code files the folder
+    `device`: None takes "cuda" when available, else "cpu". `dtype`: None takes bfloat16 on a GPU that has it
+    (`default_dtype`) and keeps the saved precision elsewhere; else one of float32 / bfloat16 / float16 (name or
+    torch dtype). `trust_remote_code=True` runs the code files the folder
     carries; it is not needed while this package is importable (it registers the classes with the Auto classes).
     `quantize="int8"`: the linear layers run in int8 (torch's dynamic quantization; CPU only, float32 otherwise).
     A local folder with a file missing or corrupt, or a repo id that is neither reachable nor in the local cache,
@@ -253,6 +296,8 @@ def load_for_translation(
     if device is None:
         # int8 dynamic quantization runs on the CPU only
         device = "cuda" if torch.cuda.is_available() and quantize is None else "cpu"
+    if dtype is None:
+        dtype = default_dtype(device)
     # the tokenizer first: its checks are quick, the weights may take a while to load
     tokenizer = load_tokenizer(name_or_path, described_as="model", trust_remote_code=trust_remote_code)
     model_kwargs = {"dtype": dtype} if dtype is not None else {}
@@ -280,10 +325,18 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
     )
     parser.add_argument("--max-input-tokens", type=int, help="longer inputs are truncated with a warning")
     parser.add_argument(
-        "--batch-size", type=int, default=BATCH_SIZE, help=f"sentences per batch (default {BATCH_SIZE})"
+        "--batch-size", type=int, help=f"sentences per batch (default {BATCH_SIZE} on the CPU, no count on a GPU)"
+    )
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        help="tokens per batch, as sentences x longest source x beams "
+        f"(default {GPU_BATCH_TOKENS:,} on a GPU, no limit on the CPU)",
     )
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default cuda when available (cpu with --quantize)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), help="default the saved precision")
+    parser.add_argument(
+        "--dtype", choices=tuple(DTYPES), help="default bfloat16 on a GPU that has it, else the saved precision"
+    )
     parser.add_argument(
         "--quantize",
         choices=QUANTIZATIONS,
@@ -316,7 +369,7 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    check_options(args.num_beams, args.max_new_tokens, args.batch_size, args.max_input_tokens)
+    check_options(args.num_beams, args.max_new_tokens, args.batch_size, args.max_input_tokens, args.max_batch_tokens)
     if args.split_sentences:
         import_sentencex()  # before the model loads: a missing extra is told at once
     if args.input:
@@ -358,6 +411,7 @@ def run_translate(args: argparse.Namespace) -> int:
             progress=bool(args.input),
             line_names=line_names,
             shortlist=args.shortlist,
+            max_batch_tokens=args.max_batch_tokens,
         )
 
     if args.split_sentences:
@@ -386,4 +440,4 @@ def _read_stdin() -> list[str]:
     return [line.removesuffix("\r") for line in data.removesuffix("\n").split("\n")]
 
 
-__all__ = ["add_translate_subcommand", "load_for_translation", "run_translate", "translate"]
+__all__ = ["add_translate_subcommand", "default_dtype", "load_for_translation", "run_translate", "translate"]

@@ -1,5 +1,6 @@
 """Validation loss, and BLEU/chrF of beam-search translations, scored with sacreBLEU."""
 
+import contextlib
 import re
 
 import sacrebleu
@@ -53,18 +54,29 @@ def compound_split_bleu(hypotheses: list[str], references: list[str], language: 
     ).score
 
 
+def gpu_bfloat16(device) -> contextlib.AbstractContextManager:
+    """On a CUDA GPU that has bf16, autocast to it: evaluation reads every weight each decoding step, and the model
+    trains in float32 weights whatever the run's precision. Elsewhere nothing changes."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 @torch.no_grad()
 def validation_loss(model, dataset, collator, max_tokens: int, device) -> float:
     """Token-averaged cross-entropy of the (label-smoothed) model loss over a tokenized split."""
     was_training = model.training
     model.eval()
     summed, tokens = 0.0, 0
-    for indices in token_budget_batches(sequence_lengths(dataset), max_tokens):
-        examples = [{"input_ids": dataset[i]["input_ids"], "labels": dataset[i]["labels"]} for i in indices]
-        batch = {name: value.to(device) for name, value in collator(examples).items()}
-        count = int((batch["labels"] != -100).sum())
-        summed += model(**batch).loss.item() * count
-        tokens += count
+    with gpu_bfloat16(device):
+        for indices in token_budget_batches(sequence_lengths(dataset), max_tokens):
+            examples = [{"input_ids": dataset[i]["input_ids"], "labels": dataset[i]["labels"]} for i in indices]
+            batch = {name: value.to(device) for name, value in collator(examples).items()}
+            count = int((batch["labels"] != -100).sum())
+            # the loss without the logits: the generator runs inside it, a block of tokens at a time
+            summed += model(**batch, return_logits=False).loss.item() * count
+            tokens += count
     model.train(was_training)
     return summed / max(tokens, 1)
 
@@ -72,6 +84,8 @@ def validation_loss(model, dataset, collator, max_tokens: int, device) -> float:
 def translation_scores(
     model, tokenizer, dataset, source_lang: str, target_lang: str, compound_split: bool = False, **translate_options
 ):
-    """corpus_scores of the translations of a split's source column (translate() evaluates in eval mode)."""
-    hypotheses = translate(model, tokenizer, list(dataset[source_lang]), **translate_options)
+    """corpus_scores of the translations of a split's source column (translate() evaluates in eval mode; on a GPU in
+    bf16, with batches cut by tokens)."""
+    with gpu_bfloat16(model.device):
+        hypotheses = translate(model, tokenizer, list(dataset[source_lang]), **translate_options)
     return corpus_scores(hypotheses, list(dataset[target_lang]), target_lang if compound_split else None)
