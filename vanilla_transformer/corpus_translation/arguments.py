@@ -48,7 +48,10 @@ class CorpusTranslationArguments:
         default=None,
         metadata={"help": "int8 linear layers (PyTorch dynamic quantization, CPU; CTranslate2 compute type int8)"},
     )
-    dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16; default bfloat16 on a GPU that has it, else the saved one"})
+    dtype: str | None = field(
+        default=None,
+        metadata={"help": "float32, bfloat16 or float16; default bfloat16 on a GPU that has it, else the saved one"},
+    )
     device: str | None = field(default=None, metadata={"help": "cpu or cuda; default each process's own device"})
     num_beams: int | None = field(default=None, metadata={"help": "default the model's generation config, else 5"})
     max_new_tokens: int | None = field(
