@@ -341,3 +341,25 @@ def test_the_onnx_benchmark_prints_bleu_identity_and_sizes(tmp_path):
     assert [(row[0], row[1]) for row in rows] == [(e, d) for d in ("greedy", "beam 2") for e in engines]
     assert all(row[3] == "6/6" for row in rows if row[0] != "| ONNX Runtime int8")
     assert "x the safetensors" in completed.stdout and "Largest logit difference" in completed.stdout
+
+
+def test_the_gpu_benchmark_runs_every_part_at_a_tiny_size_on_the_cpu(tmp_path):
+    """benchmarks.gpu's prepared script at the smoke size, eager (compiling takes minutes on a CPU, and
+    tests/test_training_speed.py compiles the same step): the loop, the bare model, Seq2SeqTrainer's Marian and
+    generation each measured, and the table and JSON written."""
+    report = tmp_path / "gpu.json"
+    command = [sys.executable, "-m", "benchmarks.gpu", "--device", "cpu", "--sizes", "tiny", "--pairs", "600",
+               "--vocab-size", "400", "--steps", "2", "--warmup-steps", "1", "--tokens-per-step", "1000",
+               "--max-tokens", "500", "--gen-sentences", "4", "--new-tokens", "3", "--modes", "eager",
+               "--work", str(tmp_path / "work"), "--json", str(report)]  # fmt: skip
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    # "| measurement | value |", the value empty where a CPU has none (MFU, GPU memory)
+    cells = [[cell.strip() for cell in line.strip()[1:-1].split("|")] for line in completed.stdout.splitlines()]
+    rows = dict(row for row in cells if len(row) == 2)
+    for label in ("train loop, eager: training tokens/s", "bare model, eager: training tokens/s",
+                  "MarianMTModel + Seq2SeqTrainer: training tokens/s", "generate, greedy, dynamic cache: new tokens/s",
+                  "generate, beam 4, static cache: new tokens/s"):  # fmt: skip
+        assert float(rows[label].replace(",", "")) > 0, label
+    measured = json.loads(report.read_text())["measured"]["tiny"]
+    assert measured["loop eager"]["compiled_graphs"] is None and "loop compiled" not in measured
