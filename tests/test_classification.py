@@ -123,3 +123,18 @@ def test_numeric_labels_keep_their_order_and_unknown_columns_are_named(tmp_path)
         load_labelled(ClassificationArguments(dataset=str(tmp_path), text_column="text"), "train")
     with pytest.raises(ValueError, match=r"no validation.tsv, .csv or .jsonl in .*; splits there: train"):
         load_labelled(ClassificationArguments(dataset=str(tmp_path)), "validation")
+
+
+def test_a_compiled_classifier_learns_as_the_eager_one_does(review_folder, trained, tmp_path):
+    """classify takes Trainer's own --torch_compile (here with the tracing backend alone: inductor's code generation
+    takes minutes on a CPU, and tests/test_training_speed.py compiles with it)."""
+    output = tmp_path / "compiled"
+    argv = ["classify", "--dataset", str(review_folder), "--vocab_size", "300", *TINY_MODEL, *TRAINING]
+    argv += ["--torch_compile", "--torch_compile_backend", "aot_eager"]
+    assert main([*argv, "--max_steps", "60", "--output_dir", str(output)]) == 0
+    compiled = json.loads((output / "results.json").read_text())
+    eager = json.loads((trained / "results.json").read_text())
+    assert compiled["train_steps"] == 60 and compiled["validation_accuracy"] >= 0.9
+    assert abs(compiled["validation_accuracy"] - eager["validation_accuracy"]) <= 0.05
+    # the saved weights are the model's own (not the compiled wrapper's names)
+    assert AutoModelForSequenceClassification.from_pretrained(output).config.num_labels == 2

@@ -32,6 +32,7 @@ from ..configuration_vanilla_transformer import CLASSIFIER_POOLINGS
 from ..modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ..tokenization import VOCAB_SIZE, train_tokenizer, with_sentence_start
 from .arguments import ModelArguments, TrainArgumentParser, check_at_least, check_positive, given_flags
+from .compiled_step import LENGTH_MULTIPLE
 from .corpus import read_records
 from .output_folder import check_output_folder
 from .starting_model import StartingModel
@@ -232,7 +233,10 @@ def fit(
         args=training_args,
         train_dataset=data.train,
         eval_dataset=data.validation,
-        data_collator=DataCollatorWithPadding(data.tokenizer),
+        # compiled, lengths padded to a multiple of 8: a few shapes, each compiled once, as `train --torch_compile`
+        data_collator=DataCollatorWithPadding(
+            data.tokenizer, pad_to_multiple_of=LENGTH_MULTIPLE if training_args.torch_compile else None
+        ),
         processing_class=data.tokenizer,
         compute_metrics=accuracy,
         callbacks=callbacks,
