@@ -363,3 +363,36 @@ def test_the_gpu_benchmark_runs_every_part_at_a_tiny_size_on_the_cpu(tmp_path):
         assert float(rows[label].replace(",", "")) > 0, label
     measured = json.loads(report.read_text())["measured"]["tiny"]
     assert measured["loop eager"]["compiled_graphs"] is None and "loop compiled" not in measured
+
+
+def test_the_training_profile_splits_the_step_into_matrix_products_and_the_rest(tmp_path):
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.training_profile",
+            *TOY_SIZE,
+            "--steps",
+            "1",
+            "--compile-backend",
+            "aot_eager",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    cells = [
+        [cell.strip() for cell in line[1:-1].split("|")] for line in completed.stdout.splitlines() if line[:2] == "| "
+    ]
+    rows = {row[0]: row[1:] for row in cells}
+    assert list(rows) == ["ms a step", "step (wall)", "matrix products", "attention", "compiled graphs' kernels",
+                          "everything else", "matrix products and attention, share of operator time",
+                          "warm-up (1 steps, compilation included), s"]  # fmt: skip
+    assert float(rows["matrix products"][0]) > 0 and float(rows["compiled graphs' kernels"][0]) == 0
+    # the compiled step was compiled (aot_eager's graphs run as eager operators, so they count as the rest)
+    assert "compiled: 1 graph(s) (aot_eager)" in completed.stdout
+    assert float(rows["warm-up (1 steps, compilation included), s"][1]) > float(
+        rows["warm-up (1 steps, compilation included), s"][0]
+    )

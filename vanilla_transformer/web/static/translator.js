@@ -18,22 +18,23 @@ export class Translator {
     const page = await (await fetch(new URL("translator.json", base))).json();
     // the WebAssembly binary through our own fetch, so that its integrity hash is checked as the modules' are
     const wasm = page.assets.wasm;
-    ort.env.wasm.wasmBinary = await fetchBytes(new URL(wasm.url, base), wasm.integrity);
-    ort.env.wasm.numThreads = 1;
     const model = new URL(page.model_folder + "/", base);
-    const [tokenizerJson, tokenizerConfig, weights, ...graphs] = await Promise.all([
+    // every file fetched at once, the runtime's binary among them: the page is ready sooner
+    const [wasmBinary, tokenizerJson, tokenizerConfig, weights, ...graphs] = await Promise.all([
+      fetchBytes(new URL(wasm.url, base), wasm.integrity),
       fetch(new URL("tokenizer.json", model)).then((r) => r.json()),
       fetch(new URL("tokenizer_config.json", model)).then((r) => r.json()),
       fetchBytes(new URL(page.weights_file, model)),
       ...GRAPHS.map((name) => fetchBytes(new URL(name, model))),
     ]);
+    ort.env.wasm.wasmBinary = wasmBinary;
+    ort.env.wasm.numThreads = 1;
     const options = {
       executionProviders: ["wasm"],
       graphOptimizationLevel: "all",
       externalData: [{ path: page.weights_file, data: weights }],
     };
-    const sessions = [];
-    for (const graph of graphs) sessions.push(await ort.InferenceSession.create(graph, options));
+    const sessions = await Promise.all(graphs.map((graph) => ort.InferenceSession.create(graph, options)));
     return new Translator(page, new Tokenizer(tokenizerJson, tokenizerConfig), sessions);
   }
 
