@@ -135,6 +135,6 @@ def test_a_compiled_classifier_learns_as_the_eager_one_does(review_folder, train
     compiled = json.loads((output / "results.json").read_text())
     eager = json.loads((trained / "results.json").read_text())
     assert compiled["train_steps"] == 60 and compiled["validation_accuracy"] >= 0.9
-    assert abs(compiled["validation_accuracy"] - eager["validation_accuracy"]) <= 0.05
+    assert abs(compiled["validation_accuracy"] - eager["validation_accuracy"]) <= 0.1  # 8 of 80 sentences
     # the saved weights are the model's own (not the compiled wrapper's names)
     assert AutoModelForSequenceClassification.from_pretrained(output).config.num_labels == 2
