@@ -125,7 +125,18 @@ def test_numeric_labels_keep_their_order_and_unknown_columns_are_named(tmp_path)
         load_labelled(ClassificationArguments(dataset=str(tmp_path)), "validation")
 
 
-def test_a_compiled_classifier_learns_as_the_eager_one_does(review_folder, trained, tmp_path):
+@pytest.fixture
+def process_state_restored():
+    """Trainer's --torch_compile puts its backend into accelerate's process-wide state, where every later Accelerator
+    of this test process would find it and compile its model too: the state and dynamo's caches are reset after."""
+    yield
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(True)
+    torch._dynamo.reset()
+
+
+def test_a_compiled_classifier_learns_as_the_eager_one_does(review_folder, trained, tmp_path, process_state_restored):
     """classify takes Trainer's own --torch_compile (here with the tracing backend alone: inductor's code generation
     takes minutes on a CPU, and tests/test_training_speed.py compiles with it)."""
     output = tmp_path / "compiled"
