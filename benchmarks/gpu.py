@@ -187,11 +187,10 @@ def prepare(args, clock: Clock):
     return data_args, corpus
 
 
-def model_arguments(size: str):
-    from vanilla_transformer.training import ModelArguments
-
+def stack_shape(size: str) -> dict:
+    """A size's shape as the config fields our model and MarianConfig both name so."""
     shape = SIZES[size]
-    return ModelArguments(
+    return dict(
         d_model=shape["d_model"],
         encoder_layers=shape["layers"],
         decoder_layers=shape["layers"],
@@ -200,8 +199,13 @@ def model_arguments(size: str):
         encoder_ffn_dim=shape["ffn"],
         decoder_ffn_dim=shape["ffn"],
         dropout=shape["dropout"],
-        label_smoothing=0.1,
     )
+
+
+def model_arguments(size: str):
+    from vanilla_transformer.training import ModelArguments
+
+    return ModelArguments(**stack_shape(size), label_smoothing=0.1)
 
 
 def peak_tflops(args) -> float | None:
@@ -349,7 +353,7 @@ def marian_run(args, size: str, compiled: bool, corpus, clock: Clock) -> Trainin
     from vanilla_transformer.training.flops import training_flops
 
     reset_device(args.device)
-    shape, tokenizer = SIZES[size], corpus.tokenizer
+    tokenizer = corpus.tokenizer
     lengths = length_array(corpus.train)
     accumulation = -(-args.tokens_per_step // args.max_tokens)
     # the loop's micro-batch holds max_tokens padded tokens of its longer side; sentences of mean length fill it so
@@ -358,14 +362,7 @@ def marian_run(args, size: str, compiled: bool, corpus, clock: Clock) -> Trainin
     train = corpus.train.select(range(min(len(corpus.train), steps * accumulation * sentences)))
     config = MarianConfig(
         vocab_size=len(tokenizer),
-        d_model=shape["d_model"],
-        encoder_layers=shape["layers"],
-        decoder_layers=shape["layers"],
-        encoder_attention_heads=shape["heads"],
-        decoder_attention_heads=shape["heads"],
-        encoder_ffn_dim=shape["ffn"],
-        decoder_ffn_dim=shape["ffn"],
-        dropout=shape["dropout"],
+        **stack_shape(size),
         activation_function="relu",
         max_position_embeddings=512,
         scale_embedding=True,

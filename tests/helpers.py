@@ -253,12 +253,23 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
     return write_lines(path, [json.dumps(record, ensure_ascii=False) for record in records])
 
 
+def tokenizer_ids(tokenizer) -> dict[str, int]:
+    """The config fields a model takes from its tokenizer: the vocabulary's size and the special tokens' ids (the
+    decoder starts from the sentence-start token)."""
+    return dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+
+
 def train_number_translator(folder: Path, tokenizer, pairs, source_side: int, steps: int = 300) -> Path:
     """A small model trained for `steps` steps (about 12 s on 2 cores) on the numbers demo's (english, german) pairs,
     translating side `source_side` into the other almost perfectly; saved with `tokenizer` into `folder`."""
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer),
         d_model=64,
         encoder_layers=2,
         decoder_layers=2,
@@ -267,10 +278,7 @@ def train_number_translator(folder: Path, tokenizer, pairs, source_side: int, st
         encoder_ffn_dim=128,
         decoder_ffn_dim=128,
         dropout=0.0,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
+        **tokenizer_ids(tokenizer),
     )
     model = VanillaTransformerForConditionalGeneration(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)

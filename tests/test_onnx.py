@@ -8,7 +8,7 @@ import sys
 import pytest
 import sacrebleu
 import torch
-from helpers import tiny_config, train_number_translator
+from helpers import tiny_config, tokenizer_ids, train_number_translator
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
@@ -191,11 +191,7 @@ def test_every_expressible_switch_exports_exactly(switches, tokenizer, tmp_path)
     if "decoder_vocab_size" in switches:
         switches["decoder_vocab_size"] = len(tokenizer) + 5
     config = tiny_config(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
+        **tokenizer_ids(tokenizer),
         **switches,
     )
     torch.manual_seed(0)

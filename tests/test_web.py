@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config, train_number_translator
+from helpers import tiny_config, tokenizer_ids, train_number_translator
 from huggingface_hub import CommitInfo, HfApi
 from huggingface_hub.hf_api import RepoUrl
 
@@ -379,11 +379,7 @@ def test_export_web_refuses_a_folder_the_page_would_translate_otherwise_and_fill
 def test_a_learned_position_table_caps_what_the_page_reads_and_writes(model_folder, tmp_path):
     tokenizer = load_tokenizer(model_folder)
     config = tiny_config(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
+        **tokenizer_ids(tokenizer),
         position_embedding_type="learned",
         max_position_embeddings=12,
     )
