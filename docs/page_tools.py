@@ -7,9 +7,12 @@ generated each time the site is built: a page cannot drift from the code.
 """
 
 import base64
+import dataclasses
+import functools
 import html
 import inspect
 import io
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,4 +43,34 @@ def picture(drawn, alt: str, width: int | None = None) -> str:
     figure.savefig(buffer, format="png", dpi=110)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
     size = f' width="{width}"' if width else ""
-    return f'<img class="drawn" alt="{html.escape(alt)}"{size} src="data:image/png;base64,{data}">\n' 
+    return f'<img class="drawn" alt="{html.escape(alt)}"{size} src="data:image/png;base64,{data}">\n'
+
+
+@functools.cache
+def trained_number_translator(steps: int = 200) -> Path:
+    """The demo's job at the size of a page: numbers below 10,000 from English words into German words, trained by the
+    package's own training run (`TrainingRun`, as `vanilla-transformer train` and `demo` do) for `steps` steps.
+
+    Trained once per build: the English and the Chinese page read the same folder. Returns the saved model folder,
+    with `corpus/` beside it (the splits as aligned text files and the tokenizer)."""
+    from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
+    from vanilla_transformer.demo.run import demo_arguments
+    from vanilla_transformer.tokenization import train_tokenizer
+    from vanilla_transformer.training import TrainingRun
+
+    work = Path(tempfile.mkdtemp(prefix="vanilla-transformer-docs-"))
+    corpus = work / "corpus"
+    splits = demo_splits(train_size=4000, test_size=100, seed=0, max_value=9999)
+    write_parallel_folder(corpus, splits)
+    sentences = [text for pair in splits["train"] for text in pair]
+    tokenizer = train_tokenizer(sentences, vocab_size=300, min_frequency=2, split_punctuation=True)
+    tokenizer.save_pretrained(corpus / "tokenizer")
+    model_args, data_args, train_args = demo_arguments(corpus, work / "model", minutes=5.0, seed=0)
+    # the demo's model at half its width, and a warm-up for a few hundred steps instead of minutes
+    model_args = dataclasses.replace(model_args, d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256)
+    train_args = dataclasses.replace(
+        train_args, max_steps=steps, max_train_minutes=None, warmup_steps=steps // 10, learning_rate=3e-3,
+        max_tokens=1024, logging_steps=steps, disable_progress_bar=True,
+    )  # fmt: skip
+    TrainingRun(model_args, data_args, train_args).run()
+    return work / "model"
