@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def source_path(target) -> str:
     """The file that defines `target`, relative to the repository (or to site-packages for an installed package)."""
-    path = Path(inspect.getsourcefile(target)).resolve()
+    # a method behind a decorator (transformers' can_return_tuple, ...) is defined where its wrapped function is
+    path = Path(inspect.getsourcefile(inspect.unwrap(target))).resolve()
     return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name
 
 
@@ -28,7 +29,7 @@ def listing(*targets, language: str = "python") -> str:
     """Each function, class or method's source as a code block titled with its file and lines."""
     blocks = []
     for target in targets:
-        lines, first = inspect.getsourcelines(target)
+        lines, first = inspect.getsourcelines(inspect.unwrap(target))
         title = f"{source_path(target)}, lines {first}-{first + len(lines) - 1}"
         fence = "`" * 4
         code = "".join(lines).rstrip("\n")
