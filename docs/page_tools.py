@@ -55,7 +55,6 @@ def trained_number_translator(steps: int = 200) -> Path:
 
     Trained once per build: the English and the Chinese page read the same folder. Returns the saved model folder,
     with `corpus/` beside it (the splits as aligned text files, test.en/test.de held out, and the tokenizer)."""
-    import torch
 
     from vanilla_transformer.demo.number_words import demo_splits, write_parallel_folder
     from vanilla_transformer.demo.run import demo_arguments
@@ -79,11 +78,5 @@ def trained_number_translator(steps: int = 200) -> Path:
         lr_scheduler_type="linear", max_tokens=384, logging_steps=steps, disable_progress_bar=True,
         dataloader_num_workers=0,
     )  # fmt: skip
-    # one thread: as fast for a model this small, and it does not stall when other work shares the two cores
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        TrainingRun(model_args, data_args, train_args).run()
-    finally:
-        torch.set_num_threads(threads)
+    TrainingRun(model_args, data_args, train_args).run()
     return work / "model"
