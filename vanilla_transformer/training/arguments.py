@@ -10,16 +10,7 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from ..configuration_vanilla_transformer import (
-    ACTIVATION_FUNCTIONS,
-    NORM_PLACEMENTS,
-    NORM_TYPES,
-    POSITION_EMBEDDING_TYPES,
-    RESIDUAL_SCALINGS,
-    SINUSOID_LAYOUTS,
-    WEIGHT_INITS,
-    VanillaTransformerConfig,
-)
+from ..configuration_vanilla_transformer import FIELD_CHOICES, VanillaTransformerConfig
 from ..lexical_shortlist import CANDIDATES as SHORTLIST_CANDIDATES
 from ..lexical_shortlist import FREQUENT as SHORTLIST_FREQUENT
 from ..tokenization import VOCAB_SIZE
@@ -46,15 +37,6 @@ NOT_FLAGS = (
 # switches that say how the model computes, not what it computes: a resumed run, or a run from a model, may set them
 # otherwise (the loss in blocks or unfused)
 COMPUTATION_SWITCHES = ("loss_blocks",)
-CHOICES = {
-    "activation_function": ACTIVATION_FUNCTIONS,
-    "norm_placement": NORM_PLACEMENTS,
-    "norm_type": NORM_TYPES,
-    "position_embedding_type": POSITION_EMBEDDING_TYPES,
-    "weight_init": WEIGHT_INITS,
-    "residual_scaling": RESIDUAL_SCALINGS,
-    "sinusoid_layout": SINUSOID_LAYOUTS,
-}
 
 
 def json_object(text: str) -> dict:
@@ -98,8 +80,8 @@ def config_switches() -> list[tuple[str, type, dataclasses.Field]]:
         if name in NOT_FLAGS:
             continue
         metadata = {"help": helps.get(name, "")}
-        if name in CHOICES:
-            metadata["choices"] = list(CHOICES[name])
+        if name in FIELD_CHOICES:
+            metadata["choices"] = list(FIELD_CHOICES[name])
         flag_type = FLAG_TYPES.get(annotation, annotation)
         switches.append((name, flag_type, field(default=defaults[name], metadata=metadata)))
     return switches
