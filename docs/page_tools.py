@@ -6,12 +6,14 @@ the block's own `print`, not this module's), so a listing is read from the sourc
 generated each time the site is built: a page cannot drift from the code.
 """
 
+import argparse
 import base64
 import dataclasses
 import functools
 import html
 import inspect
 import io
+import re
 import tempfile
 from pathlib import Path
 
@@ -75,3 +77,305 @@ def trained_number_translator(steps: int = 200) -> Path:
     )  # fmt: skip
     TrainingRun(model_args, data_args, train_args).run()
     return work / "model"
+
+
+# ---------------------------------------------------------------------------- the reference, generated from the code
+
+CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+# what markdown, its tables and attr_list would read as markup in plain text
+ESCAPES = str.maketrans(
+    {
+        "\\": "\\\\",
+        "`": "\\`",
+        "*": "\\*",
+        "_": "\\_",
+        "[": "\\[",
+        "]": "\\]",
+        "{": "\\{",
+        "}": "\\}",
+        "|": "\\|",
+        "<": "&lt;",
+        ">": "&gt;",
+        "&": "&amp;",
+    }
+)
+
+
+def markdown_text(text: str) -> str:
+    """`text` as it reads, in a paragraph or a table cell: its `code` spans kept, any other markup escaped."""
+    parts = CODE_SPAN.split(" ".join(text.split()))
+    return "".join(part if index % 2 else part.translate(ESCAPES) for index, part in enumerate(parts))
+
+
+def code(value) -> str:
+    text = str(value)
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def unbroken(value) -> str:
+    """`value` as code that a narrow table column does not break inside."""
+    return f'{code(value)}{{style="white-space: nowrap"}}'
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def indented(text: str, spaces: int = 4) -> str:
+    return "\n".join(" " * spaces + line if line else line for line in text.splitlines()) + "\n"
+
+
+def is_transformers(cls: type) -> bool:
+    return cls.__module__.split(".")[0] == "transformers"
+
+
+def declaring_class(cls: type, name: str) -> type | None:
+    """The class of `cls`'s MRO whose own annotations declare the field `name`."""
+    return next((base for base in cls.__mro__ if name in vars(base).get("__annotations__", {})), None)
+
+
+def type_name(annotation) -> str:
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+
+
+# ---- config fields
+
+
+def config_reference(config_class: type | None = None) -> str:
+    """Every field of the config class (VanillaTransformerConfig), each a heading anchored by its name, with its
+    meaning (the class docstring), type, default, allowed values (`ALLOWED_VALUES`) and the commands that take it as
+    a flag: the fields of the class itself first, in its order, then those it has from transformers."""
+    from vanilla_transformer import configuration_vanilla_transformer as configuration
+    from vanilla_transformer.training.arguments import config_field_help
+
+    config_class = config_class or configuration.VanillaTransformerConfig
+    helps, flags = config_field_help(config_class), field_flags()
+    fields = {field.name: field for field in dataclasses.fields(config_class)}
+    ours = [name for name in own_field_order(config_class) if name in fields]
+    theirs = [name for name in fields if name not in ours]
+    sections = [f"## The fields of `{config_class.__name__}`\n"]
+    sections += [field_section(fields[name], helps, flags) for name in ours]
+    sections.append(f"## The fields from transformers' `{configuration.PreTrainedConfig.__name__}`\n")
+    sections += [field_section(fields[name], helps, flags) for name in theirs]
+    return "\n".join(sections)
+
+
+def own_field_order(config_class: type) -> list[str]:
+    """The fields the package's classes declare, base class first, each in its class's order (a field that overrides
+    one of transformers' keeps its place here, not transformers')."""
+    names = []
+    for cls in reversed(config_class.__mro__):
+        if not is_transformers(cls) and cls is not object:
+            names += [name for name in vars(cls).get("__annotations__", {}) if name not in names]
+    return names
+
+
+def field_flags() -> dict[str, dict[str, list[str]]]:
+    """For each field name of the dataclasses that the commands read with HfArgumentParser: the dataclasses that have
+    it, each with the commands that read it (a config field is a flag of the same name: ModelArguments is made of
+    them, and classify's ClassificationArguments passes its classifier fields on to the config)."""
+    from vanilla_transformer import cli
+
+    found = {}
+    for words, parser in cli.command_parsers().items():
+        for dataclass_type in getattr(parser, "dataclass_types", ()):
+            for dataclass_field in dataclasses.fields(dataclass_type):
+                commands = found.setdefault(dataclass_field.name, {}).setdefault(dataclass_type.__name__, [])
+                commands.append(words)
+    return found
+
+
+def field_section(field: dataclasses.Field, helps: dict[str, str], flags: dict[str, dict[str, list[str]]]) -> str:
+    from vanilla_transformer.configuration_vanilla_transformer import ALLOWED_VALUES
+
+    name = field.name
+    if field.default is not dataclasses.MISSING:
+        default = code(repr(field.default))
+    elif field.default_factory is not dataclasses.MISSING:
+        default = code(repr(field.default_factory()))
+    else:
+        default = "required"
+    readers = [
+        ", ".join(f"[{command}](cli.md#{command_anchor(command)})" for command in commands) + f" ({code(source)})"
+        for source, commands in flags.get(name, {}).items()
+    ]
+    flag = f"{code('--' + name)} of " + "; ".join(readers) if readers else "none: no command takes it as a flag"
+    return (
+        f"### `{name}` {{#{name}}}\n\n{markdown_text(helps[name])}\n\n"
+        f"- **Type**: {code(type_name(field.type))}\n"
+        f"- **Default**: {default}\n"
+        f"- **Allowed**: {markdown_text(ALLOWED_VALUES[name])}\n"
+        f"- **Flag**: {flag}\n"
+    )
+
+
+# ---- commands and flags
+
+USAGE_WIDTH = 80
+USAGE_LINES = 12  # a longer usage (train's lists 110 flags) is cut to its required arguments; the table lists all
+NO_VALUE_TYPES = {"string_to_bool": "bool", "Path": "path", "PosixPath": "path"}
+
+
+def command_name(words: str) -> str:
+    return f"vanilla-transformer {words}".strip()
+
+
+def command_anchor(words: str) -> str:
+    return words.replace(" ", "-") or "vanilla-transformer"
+
+
+def cli_reference() -> str:
+    """Every command of `vanilla-transformer` (cli.command_parsers), each a heading anchored by its words joined by
+    "-" (`#export-onnx`), with what it does, its usage, its subcommands and a table of its flags: type or choices,
+    default and help. A command whose flags are those of one before it shows them folded."""
+    from vanilla_transformer import cli
+
+    parsers = cli.command_parsers()
+    tables = {words: flag_tables(parser) for words, parser in parsers.items()}
+    # flags that several commands read (prepare reads train's) are shown open at the last of them
+    shown_at = {flags: words for words, flags in tables.items() if flags}
+    sections = []
+    for words, parser in parsers.items():
+        flags = tables[words]
+        if flags and shown_at[flags] != words:
+            link = f"[`{command_name(shown_at[flags])}`](#{command_anchor(shown_at[flags])})"
+            flags = f'Its flags are those of {link}.\n\n??? note "The flags"\n\n{indented(flags)}'
+        sections.append(command_section(words, parser) + flags)
+    return "\n".join(sections)
+
+
+def command_section(words: str, parser) -> str:
+    level = "#" * (2 + max(len(words.split()) - 1, 0))
+    heading = f"{level} `{command_name(words)}` {{#{command_anchor(words)}}}\n\n"
+    description = f"{markdown_text(parser.description)}\n\n" if parser.description else ""
+    subcommands = [
+        f"[`{word}`](#{command_anchor(f'{words} {word}'.strip())})"
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for word in dict.fromkeys(action.choices)
+    ]
+    listed = f"Subcommands: {', '.join(subcommands)}.\n\n" if subcommands else ""
+    return f"{heading}{description}{listed}```text\n{usage(parser)}\n```\n\n"
+
+
+def usage(parser) -> str:
+    text = formatted_usage(parser, parser._actions)
+    if text.count("\n") < USAGE_LINES:
+        return text
+    needed = [action for action in parser._actions if action.required or not action.option_strings]
+    return formatted_usage(parser, needed) + " [FLAGS]"
+
+
+def formatted_usage(parser, actions: list) -> str:
+    formatter = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)
+    formatter.add_usage(parser.usage, actions, parser._mutually_exclusive_groups)
+    return formatter.format_help().strip()
+
+
+def flag_tables(parser) -> str:
+    """The parser's flags as tables: the parser's own, then those of each dataclass an HfArgumentParser reads
+    (transformers' own fields folded)."""
+    tables = []
+    for source, actions in flag_sources(parser).items():
+        rendered = table(("Flag", "Value", "Help"), [flag_row(parser, group) for group in by_dest(actions)])
+        if source is None:
+            tables.append(rendered)
+        elif is_transformers(source):
+            title = f"{len(by_dest(actions))} flags of transformers' {source.__name__}"
+            tables.append(f'??? note "{title}"\n\n{indented(rendered)}')
+        else:
+            tables.append(f"{code(source.__name__)}{class_summary(source)}\n\n{rendered}")
+    return "\n".join(tables)
+
+
+def flag_sources(parser) -> dict[type | None, list]:
+    """The parser's arguments by the class that declares each (None: the parser's own), the parser's own first."""
+    sources = {None: []}
+    for action in documented_actions(parser):
+        sources.setdefault(field_source(parser, action.dest), []).append(action)
+    return {source: actions for source, actions in sources.items() if actions}
+
+
+def documented_actions(parser) -> list:
+    """The arguments `--help` describes: not --help itself, not the subcommands (each has its own section), not an
+    argument its parser hides (help=SUPPRESS)."""
+    return [
+        action
+        for action in parser._actions
+        if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+        and action.help != argparse.SUPPRESS
+    ]
+
+
+def field_source(parser, dest: str) -> type | None:
+    """The class that declares the field behind `dest`, of the dataclasses an HfArgumentParser reads; None for the
+    parser's own arguments."""
+    for dataclass_type in getattr(parser, "dataclass_types", ()):
+        if dest in {field.name for field in dataclasses.fields(dataclass_type)}:
+            return declaring_class(dataclass_type, dest)
+    return None
+
+
+def class_summary(cls: type) -> str:
+    """The first paragraph of the class's docstring after a colon, where it has one of its own (not dataclass's)."""
+    doc = cls.__doc__ or ""
+    if not doc.strip() or doc.startswith(f"{cls.__name__}("):
+        return ""
+    return ": " + markdown_text(inspect.cleandoc(doc).split("\n\n")[0])
+
+
+def by_dest(actions: list) -> list[list]:
+    """The actions grouped by the argument they set: a boolean field's --name and --no_name are one argument."""
+    groups = {}
+    for action in actions:
+        groups.setdefault(action.dest, []).append(action)
+    return list(groups.values())
+
+
+def flag_names(actions: list) -> list[str]:
+    """The flags of one argument, or its name for a positional one; not HfArgumentParser's dashed twin of each
+    (--d-model beside --d_model), which the page says once."""
+    names = [name for action in actions for name in action.option_strings]
+    names = [name for name in names if underscored(name) == name or underscored(name) not in names]
+    return names or [actions[0].metavar or actions[0].dest]
+
+
+def underscored(flag: str) -> str:
+    return flag[:2] + flag[2:].replace("-", "_")
+
+
+def flag_row(parser, actions: list) -> tuple[str, str, str]:
+    first = actions[0]
+    default = default_text(first)
+    return (
+        "<br>".join(unbroken(name) for name in flag_names(actions)),
+        value_type(first) + (f"<br>{default}" if default else ""),
+        markdown_text(argparse.HelpFormatter(parser.prog)._expand_help(first) if first.help else ""),
+    )
+
+
+def value_type(action) -> str:
+    if action.nargs == 0:
+        return "no value"
+    if action.choices:
+        return ", ".join(unbroken(getattr(choice, "value", choice)) for choice in action.choices)
+    name = getattr(action.type, "__name__", "str") if action.type else "str"
+    many = {"+": " (one or more)", "*": " (any number)"}.get(action.nargs, "")
+    if isinstance(action, argparse._AppendAction):
+        many = " (repeatable)"
+    return unbroken(NO_VALUE_TYPES.get(name, name)) + many
+
+
+def default_text(action) -> str:
+    """Whether the argument is required, its default, or nothing for a flag that takes no value or has no default."""
+    default = action.default
+    if action.required:
+        return "required"
+    if action.nargs == 0 or default is None or default is argparse.SUPPRESS:
+        return ""
+    if isinstance(default, list | tuple):
+        items = " ".join(unbroken(getattr(item, "value", item)) for item in default) if default else code("[]")
+        return f"default {items}"
+    return f"default {unbroken(getattr(default, 'value', default))}"

@@ -53,10 +53,10 @@ json_object.__name__ = "JSON object"  # argparse names the type in its error: "i
 FLAG_TYPES = {float | int: float, dict | None: json_object}
 
 
-def config_field_help() -> dict[str, str]:
-    """Each field's line of the VanillaTransformerConfig docstring ("    name / other_name: text ...")."""
+def config_field_help(config_class: type = VanillaTransformerConfig) -> dict[str, str]:
+    """Each field's line of the config class's docstring ("    name / other_name: text ...")."""
     helps, current = {}, []
-    for line in (VanillaTransformerConfig.__doc__ or "").splitlines():
+    for line in (config_class.__doc__ or "").splitlines():
         head, colon, text = line.strip().partition(": ")
         names = [name.strip() for name in head.split("/")]
         if colon and line.startswith(" " * 8) and not line.startswith(" " * 9) and all(n.isidentifier() for n in names):
