@@ -7,10 +7,13 @@ generated each time the site is built: a page cannot drift from the code.
 """
 
 import argparse
+import ast
 import base64
 import dataclasses
 import functools
 import html
+import importlib
+import importlib.util
 import inspect
 import io
 import re
@@ -379,3 +382,121 @@ def default_text(action) -> str:
         items = " ".join(unbroken(getattr(item, "value", item)) for item in default) if default else code("[]")
         return f"default {items}"
     return f"default {unbroken(getattr(default, 'value', default))}"
+
+
+# ---- the package's layout
+
+
+def house_plan():
+    """tests/house_plan.py, with which tests/test_layout.py checks the package: the page shows the floors the test
+    sees. Loaded from its file, as the tests folder is no package."""
+    path = REPO / "tests" / "house_plan.py"
+    spec = importlib.util.spec_from_file_location("house_plan", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def package_folder() -> Path:
+    import vanilla_transformer
+
+    return Path(vanilla_transformer.__file__).parent
+
+
+def floors_reference() -> str:
+    """The rooms floor by floor from the bottom (tests/house_plan.py's floors), each room with the rooms it imports."""
+    plan, package = house_plan(), package_folder()
+    edges = plan.room_imports(package)
+    rows = []
+    for number, level in enumerate(plan.floors(edges, plan.rooms_of(package))):
+        for room in level:
+            imported = sorted(target for source, target in edges if source == room)
+            floor = str(number) if room == level[0] else ""
+            rows.append((floor, unbroken(room), ", ".join(map(unbroken, imported)) or "nothing of the package"))
+    return table(("Floor", "Room", "Imports"), rows)
+
+
+def modules_reference() -> str:
+    """Every module of the package with the first paragraph of its docstring (with the next one, where the first
+    ends in a colon that introduces it)."""
+    package = package_folder()
+    rows = []
+    for path in sorted(package.rglob("*.py")):
+        docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        if not docstring:
+            raise ValueError(f"{path} has no docstring: every module says what it is for")
+        paragraphs = docstring.split("\n\n")
+        summary = paragraphs[0] + (" " + paragraphs[1] if paragraphs[0].endswith(":") and len(paragraphs) > 1 else "")
+        rows.append((unbroken(path.relative_to(package).as_posix()), markdown_text(summary)))
+    return table((f"Module (in {package.name}/)", "What it is for"), rows)
+
+
+# The paper's sections and the code that implements each, as "module.symbol" of the package, resolved when the
+# page is built: a renamed or removed symbol fails the build instead of leaving the page wrong.
+PAPER_SECTIONS = (
+    (
+        "3.1 Encoder and decoder stacks",
+        "N identical layers in each stack; every sublayer inside a residual connection and a norm",
+        (
+            "modeling_vanilla_transformer.VanillaTransformerEncoder",
+            "modeling_vanilla_transformer.VanillaTransformerDecoder",
+            "layers.VanillaTransformerEncoderLayer",
+            "layers.VanillaTransformerDecoderLayer",
+            "residual.AddAndNorm",
+        ),
+    ),
+    (
+        "3.2 Attention",
+        "scaled dot-product attention, multi-head, over the padding and causal masks the stacks build with "
+        "transformers' masking_utils",
+        ("attention.eager_attention_forward", "attention.VanillaTransformerAttention"),
+    ),
+    (
+        "3.3 Position-wise feed-forward networks",
+        "FFN(x) = W2 act(W1 x + b1) + b2",
+        ("feed_forward.PositionwiseFeedForward",),
+    ),
+    (
+        "3.4 Embeddings and softmax",
+        "token embeddings scaled by sqrt(d_model), one matrix shared by both stacks and the generator (lm_head)",
+        (
+            "modeling_vanilla_transformer.TokenEmbedding",
+            "modeling_vanilla_transformer.VanillaTransformerModel",
+            "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
+        ),
+    ),
+    (
+        "3.5 Positional encoding",
+        "the paper's sinusoids, and learned, rotary and ALiBi positions beyond it",
+        (
+            "positions.SinusoidalPositionalEncoding",
+            "positions.LearnedPositionalEmbedding",
+            "positions.RotaryEmbedding",
+            "positions.LinearBiases",
+        ),
+    ),
+    (
+        "5.4 Regularization",
+        "residual dropout, and label smoothing in the loss",
+        (
+            "residual.AddAndNorm",
+            "dropout.FastCpuDropout",
+            "loss.label_smoothed_cross_entropy",
+            "loss.generator_and_label_smoothed_cross_entropy",
+        ),
+    ),
+)
+
+
+def paper_reference() -> str:
+    """The paper's sections and the package's symbols that implement each, every symbol looked up in its module."""
+    rows = []
+    for section, what, symbols in PAPER_SECTIONS:
+        found = []
+        for symbol in symbols:
+            module_name, name = symbol.split(".", 1)
+            module = importlib.import_module(f"vanilla_transformer.{module_name}")
+            functools.reduce(getattr, name.split("."), module)  # AttributeError: the page names what is not there
+            found.append(f"{unbroken(name)} in {unbroken(module_name + '.py')}")
+        rows.append((section, markdown_text(what), "<br>".join(found)))
+    return table(("Paper", "What", "Code"), rows)

@@ -187,3 +187,34 @@ def test_a_command_or_flag_added_to_the_parsers_appears_in_the_reference(monkeyp
     assert "`--its-flag`" in sections["brand-new"] and "`a`" in sections["brand-new"]
     assert "`ExtraArguments`" in sections["train"] and "`--brand_new_field`" in sections["train"]
     assert "a dataclass field the test adds" in sections["train"]
+
+
+# ---- the layout page
+
+
+def test_the_layout_page_shows_every_room_and_every_module():
+    package = REPO / "vanilla_transformer"
+    floors, modules = page_tools.floors_reference(), page_tools.modules_reference()
+    for path in package.rglob("*.py"):
+        assert f"`{path.relative_to(package).as_posix()}`" in modules
+        room = path.relative_to(package).parts[0].removesuffix(".py")
+        assert f"| `{room}`" in floors, room
+
+
+def test_a_module_without_a_docstring_fails_the_layout_page(monkeypatch, tmp_path):
+    package = tmp_path / "house"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A house."""\n')
+    (package / "room.py").write_text("import os\n")
+    monkeypatch.setattr(page_tools, "package_folder", lambda: package)
+    with pytest.raises(ValueError, match="room.py has no docstring"):
+        page_tools.modules_reference()
+
+
+def test_the_paper_table_names_only_symbols_that_exist(monkeypatch):
+    table = page_tools.paper_reference()
+    assert "`VanillaTransformerEncoder`" in table and "`modeling_vanilla_transformer.py`" in table
+    renamed = (("3.2 Attention", "attention", ("attention.scaled_dot_product_attention_by_another_name",)),)
+    monkeypatch.setattr(page_tools, "PAPER_SECTIONS", renamed)
+    with pytest.raises(AttributeError, match="scaled_dot_product_attention_by_another_name"):
+        page_tools.paper_reference()
