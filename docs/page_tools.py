@@ -166,8 +166,8 @@ def config_reference(config_class: type | None = None) -> str:
 
 
 def own_field_order(config_class: type) -> list[str]:
-    """The fields the package's classes declare, base class first, each in its class's order (a field that overrides
-    one of transformers' keeps its place here, not transformers')."""
+    """The fields that the config class and its bases other than transformers' declare, base first, each in its
+    class's order (a field that overrides one of transformers' keeps its place here, not transformers')."""
     names = []
     for cls in reversed(config_class.__mro__):
         if not is_transformers(cls) and cls is not object:
@@ -232,12 +232,11 @@ def command_anchor(words: str) -> str:
 def cli_reference() -> str:
     """Every command of `vanilla-transformer` (cli.command_parsers), each a heading anchored by its words joined by
     "-" (`#export-onnx`), with what it does, its usage, its subcommands and a table of its flags: type or choices,
-    default and help. A command whose flags are those of one before it shows them folded."""
+    default and help. A command whose flags are those of a later one (prepare reads train's) shows them folded."""
     from vanilla_transformer import cli
 
     parsers = cli.command_parsers()
     tables = {words: flag_tables(parser) for words, parser in parsers.items()}
-    # flags that several commands read (prepare reads train's) are shown open at the last of them
     shown_at = {flags: words for words, flags in tables.items() if flags}
     sections = []
     for words, parser in parsers.items():
@@ -253,14 +252,19 @@ def command_section(words: str, parser) -> str:
     level = "#" * (2 + max(len(words.split()) - 1, 0))
     heading = f"{level} `{command_name(words)}` {{#{command_anchor(words)}}}\n\n"
     description = f"{markdown_text(parser.description)}\n\n" if parser.description else ""
-    subcommands = [
-        f"[`{word}`](#{command_anchor(f'{words} {word}'.strip())})"
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-        for word in dict.fromkeys(action.choices)
-    ]
+    subcommands = [f"[`{word}`](#{command_anchor(f'{words} {word}'.strip())})" for word in subcommand_words(parser)]
     listed = f"Subcommands: {', '.join(subcommands)}.\n\n" if subcommands else ""
     return f"{heading}{description}{listed}```text\n{usage(parser)}\n```\n\n"
+
+
+def subcommand_words(parser) -> list[str]:
+    """The name of each subcommand, not its aliases (cli.command_parsers keeps the first name of each parser)."""
+    names = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word, subparser in action.choices.items():
+                names.setdefault(id(subparser), word)
+    return list(names.values())
 
 
 def usage(parser) -> str:
@@ -376,7 +380,7 @@ def default_text(action) -> str:
     default = action.default
     if action.required:
         return "required"
-    if action.nargs == 0 or default is None or default is argparse.SUPPRESS:
+    if action.nargs == 0 or default is None or default == argparse.SUPPRESS:
         return ""
     if isinstance(default, list | tuple):
         items = " ".join(unbroken(getattr(item, "value", item)) for item in default) if default else code("[]")
