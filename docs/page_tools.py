@@ -162,7 +162,31 @@ def config_reference(config_class: type | None = None) -> str:
     sections += [field_section(fields[name], helps, flags) for name in ours]
     sections.append(f"## The fields from transformers' `{configuration.PreTrainedConfig.__name__}`\n")
     sections += [field_section(fields[name], helps, flags) for name in theirs]
+    sections.append("## The model flags beside the fields\n")
+    sections += [model_flag_section(model_flag, flags) for model_flag in model_flags_beside(fields)]
     return "\n".join(sections)
+
+
+def model_flags_beside(fields: dict) -> list[dataclasses.Field]:
+    """The fields of ModelArguments that are no config field (how attention is computed, the model a run starts
+    from): the model's flags beside the config's own."""
+    from vanilla_transformer.training.arguments import ModelArguments
+
+    return [model_flag for model_flag in dataclasses.fields(ModelArguments) if model_flag.name not in fields]
+
+
+def model_flag_section(model_flag: dataclasses.Field, flags: dict[str, dict[str, list[str]]]) -> str:
+    from vanilla_transformer.training.arguments import ModelArguments
+
+    name = model_flag.name
+    # the class's annotation: HfArgumentParser rewrites a field's type in place (str | None becomes str)
+    annotation = ModelArguments.__annotations__[name]
+    return (
+        f"### `{name}` {{#{name}}}\n\n{markdown_text(model_flag.metadata.get('help', ''))}\n\n"
+        f"- **Type**: {code(type_name(annotation))}\n"
+        f"- **Default**: {code(repr(model_flag.default))}\n"
+        f"- **Flag**: {flag_readers(name, flags)}\n"
+    )
 
 
 def own_field_order(config_class: type) -> list[str]:
@@ -200,18 +224,22 @@ def field_section(field: dataclasses.Field, helps: dict[str, str], flags: dict[s
         default = code(repr(field.default_factory()))
     else:
         default = "required"
-    readers = [
-        ", ".join(f"[{command}](cli.md#{command_anchor(command)})" for command in commands) + f" ({code(source)})"
-        for source, commands in flags.get(name, {}).items()
-    ]
-    flag = f"{code('--' + name)} of " + "; ".join(readers) if readers else "none: no command takes it as a flag"
     return (
         f"### `{name}` {{#{name}}}\n\n{markdown_text(helps[name])}\n\n"
         f"- **Type**: {code(type_name(field.type))}\n"
         f"- **Default**: {default}\n"
         f"- **Allowed**: {markdown_text(ALLOWED_VALUES[name])}\n"
-        f"- **Flag**: {flag}\n"
+        f"- **Flag**: {flag_readers(name, flags)}\n"
     )
+
+
+def flag_readers(name: str, flags: dict[str, dict[str, list[str]]]) -> str:
+    """`--name` and the commands that read it, by dataclass, each command linked to its section."""
+    readers = [
+        ", ".join(f"[{command}](cli.md#{command_anchor(command)})" for command in commands) + f" ({code(source)})"
+        for source, commands in flags.get(name, {}).items()
+    ]
+    return f"{code('--' + name)} of " + "; ".join(readers) if readers else "none: no command takes it as a flag"
 
 
 # ---- commands and flags

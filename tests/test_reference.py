@@ -125,6 +125,11 @@ def test_the_config_reference_has_a_section_for_every_field_anchored_by_its_name
     assert "`--norm_placement` of" in sections["norm_placement"]
     assert "[train](cli.md#train)" in sections["norm_placement"]
     assert "no command takes it as a flag" in sections["pad_token_id"]
+    config_fields = {config_field.name for config_field in dataclasses.fields(VanillaTransformerConfig)}
+    for model_flag in dataclasses.fields(ModelArguments):  # the model flags that are no config field: attention...
+        if model_flag.name not in config_fields:
+            assert page_tools.markdown_text(model_flag.metadata["help"]) in sections[model_flag.name]
+    assert "`--attn_implementation` of" in sections["attn_implementation"]
     assert (
         "`--classifier_pooling` of [classify](cli.md#classify) (`ClassificationArguments`)"
         in sections["classifier_pooling"]
