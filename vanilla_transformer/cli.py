@@ -9,19 +9,19 @@ from huggingface_hub.errors import StrictDataclassError
 
 from .common.extras import MissingExtraError
 from .convert import add_convert_subcommand
-from .corpus_translation import add_translate_corpus_subcommand, run_translate_corpus
+from .corpus_translation import add_translate_corpus_subcommand, run_translate_corpus, translate_corpus_parser
 from .demo import add_demo_subcommand
 from .export import add_export_subcommand
 from .hub import add_push_subcommand
 from .inference import add_translate_subcommand
 from .serve import add_serve_subcommand, add_space_subcommand
 from .serve.space import add_space_to_push
-from .shortlist import ShortlistAfterTraining, add_shortlist_subcommand, run_shortlist
+from .shortlist import ShortlistAfterTraining, add_shortlist_subcommand, run_shortlist, shortlist_parser
 from .tokenization import add_tokenizer_subcommand
 from .training import RunEndedWithErrors, add_prepare_subcommand, add_train_subcommand, run_prepare, run_train
-from .training.arguments import OneLineErrors
+from .training.arguments import OneLineErrors, argument_parser
 from .training.batches import DataLoaderWorkerDied
-from .training.classification import add_classify_subcommand, run_classify
+from .training.classification import add_classify_subcommand, classify_argument_parser, run_classify
 from .visualization import add_plot_subcommand
 from .web import add_static_space_to_push, add_web_format
 
@@ -58,6 +58,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert_subcommand(subcommands)
     add_plot_subcommand(subcommands)
     return parser
+
+
+# The commands whose flags are dataclass fields, read by transformers' HfArgumentParser: build_parser() gives each
+# only a stub that hands it the rest of the line (see `run`); these are the parsers that read them.
+DATACLASS_COMMAND_PARSERS = {
+    "train": lambda: argument_parser("train"),
+    "prepare": lambda: argument_parser("prepare"),
+    "classify": classify_argument_parser,
+    "translate-corpus": translate_corpus_parser,
+    "shortlist": shortlist_parser,
+}
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """The parser of every command by its words: "" (`vanilla-transformer` itself), "train", "export onnx", ..., in
+    the order `--help` lists them. Each is the parser that reads the command's flags, and its `description` says what
+    the command does (its line in the parent's `--help` where it has no description of its own)."""
+    found = {}
+    _collect_parsers(build_parser(), (), None, found)
+    return found
+
+
+def _collect_parsers(parser: argparse.ArgumentParser, words: tuple[str, ...], summary, found: dict) -> None:
+    name = " ".join(words)
+    if name in DATACLASS_COMMAND_PARSERS:
+        parser = DATACLASS_COMMAND_PARSERS[name]()
+    parser.description = parser.description or summary
+    found[name] = parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            summaries = {choice.dest: choice.help for choice in action._choices_actions}
+            seen = set()
+            for word, subparser in action.choices.items():
+                if id(subparser) not in seen:  # an alias names a parser already found
+                    seen.add(id(subparser))
+                    _collect_parsers(subparser, (*words, word), summaries.get(word), found)
 
 
 # What a user's input can cause: bad values, files that are missing or unreadable, a broken YAML file, a config

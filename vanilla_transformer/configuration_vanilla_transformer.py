@@ -25,8 +25,91 @@ CLASSIFIER_POOLINGS = ("first", "mean")
 RESIDUAL_SCALINGS = ("none", "learned", "rezero")
 
 
-def _invalid(field: str, value, allowed: str) -> ValueError:
-    return ValueError(f"VanillaTransformerConfig.{field}={value!r} is invalid: {allowed}.")
+FIELD_CHOICES = {
+    "activation_function": ACTIVATION_FUNCTIONS,
+    "norm_placement": NORM_PLACEMENTS,
+    "norm_type": NORM_TYPES,
+    "residual_scaling": RESIDUAL_SCALINGS,
+    "position_embedding_type": POSITION_EMBEDDING_TYPES,
+    "sinusoid_layout": SINUSOID_LAYOUTS,
+    "weight_init": WEIGHT_INITS,
+    "classifier_pooling": CLASSIFIER_POOLINGS,
+}
+POSITIVE_INTEGER = "a positive integer"
+PROBABILITY = "in [0, 1)"
+BOOLEAN = "True or False"
+TARGET_TOKEN_ID = "a token id of the target vocabulary (below decoder_vocab_size)"
+# What each field allows, in words: the validators' error messages say it, and the reference documentation prints it,
+# so that the two cannot disagree. A choice field's text begins with its choices.
+ALLOWED_VALUES = {
+    "vocab_size": POSITIVE_INTEGER,
+    "decoder_vocab_size": "None or a positive integer (None: vocab_size); a size other than vocab_size needs "
+    "share_encoder_decoder_embeddings=False",
+    "d_model": f"{POSITIVE_INTEGER} that the heads of each stack divide",
+    "encoder_layers": POSITIVE_INTEGER,
+    "decoder_layers": POSITIVE_INTEGER,
+    "encoder_attention_heads": f"{POSITIVE_INTEGER} that divides d_model (under rope, into an even head size)",
+    "decoder_attention_heads": f"{POSITIVE_INTEGER} that divides d_model (under rope, into an even head size)",
+    "num_key_value_heads": "None or a positive divisor of the query heads of each stack (1: multi-query attention, "
+    "another divisor: grouped-query attention)",
+    "encoder_ffn_dim": POSITIVE_INTEGER,
+    "decoder_ffn_dim": POSITIVE_INTEGER,
+    "activation_function": ", ".join(ACTIVATION_FUNCTIONS),
+    "dropout": PROBABILITY,
+    "attention_dropout": PROBABILITY,
+    "activation_dropout": PROBABILITY,
+    "drop_path_rate": PROBABILITY,
+    "norm_placement": ", ".join(NORM_PLACEMENTS),
+    "norm_type": ", ".join(NORM_TYPES),
+    "residual_scaling": ", ".join(RESIDUAL_SCALINGS),
+    "layer_norm_eps": "positive (a number above 0)",
+    "position_embedding_type": f"{', '.join(POSITION_EMBEDDING_TYPES)} (rope needs an even head size, d_model / heads)",
+    "sinusoid_layout": f"{', '.join(SINUSOID_LAYOUTS)} (anything but interleaved only with sinusoidal positions)",
+    "max_position_embeddings": POSITIVE_INTEGER,
+    "rope_parameters": f"None, or a dict of rope_type ({', '.join(ROPE_TYPES)}), rope_theta (a positive number) and, "
+    "for a rope_type other than default, factor (a number >= 1); rotary positions need the dict, a rope_type other "
+    "than default needs rotary positions",
+    "scale_embedding": BOOLEAN,
+    "share_encoder_decoder_embeddings": BOOLEAN,
+    "tie_word_embeddings": BOOLEAN,
+    "final_logits_bias": BOOLEAN,
+    "sliding_window": "None or a positive integer",
+    "label_smoothing": "in [0, 1]",
+    "loss_blocks": "0 (the unfused loss) or a positive integer",
+    "weight_init": ", ".join(WEIGHT_INITS),
+    "init_std": "positive (a number above 0)",
+    "classifier_pooling": ", ".join(CLASSIFIER_POOLINGS),
+    "classifier_dropout": f"None (use dropout) or {PROBABILITY}",
+    "use_cache": BOOLEAN,
+    "is_encoder_decoder": BOOLEAN,
+    "pad_token_id": "None or a token id of the vocabulary (below vocab_size and decoder_vocab_size)",
+    "bos_token_id": f"None or {TARGET_TOKEN_ID}",
+    "eos_token_id": f"None, {TARGET_TOKEN_ID}, or a list of them",
+    "decoder_start_token_id": f"None or {TARGET_TOKEN_ID}",
+    # transformers' own fields (PreTrainedConfig), which transformers checks
+    "transformers_version": "None or a version string",
+    "architectures": "None or a list of model class names",
+    "output_hidden_states": BOOLEAN,
+    "return_dict": BOOLEAN,
+    "dtype": "None, a torch.dtype or its name (float32, bfloat16, float16)",
+    "chunk_size_feed_forward": "0 or a positive integer",
+    "id2label": "None or a dict from label index to label name",
+    "label2id": "None or a dict from label name to label index",
+    "problem_type": "None, regression, single_label_classification, multi_label_classification",
+}
+
+
+def _invalid(field: str, value, reason: str = "", context: str = "") -> ValueError:
+    """The error of a field's value, which states what the field allows (ALLOWED_VALUES). `reason`, before it: why
+    the value fails where the allowed values alone do not say; `context`, after it: the values of other fields that
+    the value fails against."""
+    allowed = ALLOWED_VALUES[field]
+    if reason:
+        explained = f"{reason}; allowed: {allowed}"
+    else:
+        explained = f"allowed values are {allowed}" if field in FIELD_CHOICES else f"must be {allowed}"
+    given = f"; given {context}" if context else ""
+    return ValueError(f"VanillaTransformerConfig.{field}={value!r} is invalid: {explained}{given}.")
 
 
 @strict
@@ -34,7 +117,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     r"""
     The switches of the encoder-decoder Transformer. Defaults are the base model of Vaswani et al. (2017), but for
     label_smoothing: 0, so that `loss` is the plain cross-entropy that transformers' tools expect (the paper
-    trained with 0.1).
+    trained with 0.1). The arguments from transformers_version on are transformers' own (`PreTrainedConfig`'s), as
+    this model uses them. What each field allows is `ALLOWED_VALUES`, which the errors of a bad value state.
 
     Args:
         vocab_size: size of the (joint source/target) vocabulary; with decoder_vocab_size, the source vocabulary.
@@ -90,6 +174,27 @@ class VanillaTransformerConfig(PreTrainedConfig):
         classifier_pooling: how the encoder-only sequence classifier sums up a sentence: "first", the vector of its
             first (non-padded) token; "mean", the mean over its non-padded tokens.
         classifier_dropout: dropout before the classifiers' linear layer; None means `dropout`.
+        use_cache: generate() keeps the keys and values of the tokens already decoded (the cache) instead of
+            computing them again at every step; a training forward never caches.
+        is_encoder_decoder: what transformers' generation and Trainer take the model for: an encoder-decoder (this
+            model always is one).
+        pad_token_id: the padding token: the row of the embeddings that stays zero, and what shifted labels' -100
+            become in the decoder's input.
+        bos_token_id: the tokenizer's beginning-of-sentence token, <s>.
+        eos_token_id: the end-of-sentence token, </s> (or several), whose generation ends a translation.
+        decoder_start_token_id: the token the decoder reads first, in training (labels shifted right behind it) and
+            in generate(): <s>.
+        transformers_version: the transformers version that saved the config (save_pretrained writes it).
+        architectures: the model classes whose weights the saved folder holds (save_pretrained writes it).
+        output_hidden_states: a forward also returns the hidden states of every layer.
+        return_dict: a forward returns a ModelOutput; False, a plain tuple.
+        dtype: the dtype of the saved weights, which from_pretrained(dtype="auto") loads them in.
+        chunk_size_feed_forward: transformers' chunked feed-forward, which this model does not do: any value
+            computes the same.
+        id2label / label2id: the classifiers' label names by index, and indices by name (classify sets both).
+        problem_type: the sequence classifier's loss: regression (mean squared error), single_label_classification
+            (cross-entropy) or multi_label_classification (binary cross-entropy); None chooses from num_labels and the
+            labels' dtype.
     """
 
     model_type = "vanilla_transformer"
@@ -190,16 +295,16 @@ class VanillaTransformerConfig(PreTrainedConfig):
         ):
             value = getattr(self, field)
             if value < 1:
-                raise _invalid(field, value, "must be a positive integer")
+                raise _invalid(field, value)
         for field in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, field)
             if self.d_model % heads:
                 raise _invalid(field, heads, f"d_model={self.d_model} must be divisible by the number of heads")
         for field in ("init_std", "layer_norm_eps"):
             if not getattr(self, field) > 0:
-                raise _invalid(field, getattr(self, field), "must be positive")
+                raise _invalid(field, getattr(self, field))
         if self.decoder_vocab_size is not None and self.decoder_vocab_size < 1:
-            raise _invalid("decoder_vocab_size", self.decoder_vocab_size, "must be None or a positive integer")
+            raise _invalid("decoder_vocab_size", self.decoder_vocab_size)
         if self.has_separate_target_vocabulary and self.share_encoder_decoder_embeddings:
             raise _invalid(
                 "decoder_vocab_size",
@@ -208,9 +313,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 "matrix: it needs share_encoder_decoder_embeddings=False",
             )
         if self.loss_blocks < 0:
-            raise _invalid("loss_blocks", self.loss_blocks, "must be 0 (the unfused loss) or a positive integer")
+            raise _invalid("loss_blocks", self.loss_blocks)
         if self.sliding_window is not None and self.sliding_window < 1:
-            raise _invalid("sliding_window", self.sliding_window, "must be None or a positive integer")
+            raise _invalid("sliding_window", self.sliding_window)
 
     def validate_special_tokens(self):
         # the padding id is the padding row of both embeddings; the others are ids the decoder reads or writes
@@ -228,27 +333,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for field in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, field)
             if self.num_key_value_heads < 1 or heads % self.num_key_value_heads:
-                raise _invalid(
-                    "num_key_value_heads",
-                    self.num_key_value_heads,
-                    f"must be None or a positive divisor of {field}={heads} "
-                    "(1 = multi-query, another divisor = grouped-query)",
-                )
+                raise _invalid("num_key_value_heads", self.num_key_value_heads, context=f"{field}={heads}")
 
     def validate_choices(self):
-        for field, allowed in (
-            ("activation_function", ACTIVATION_FUNCTIONS),
-            ("norm_placement", NORM_PLACEMENTS),
-            ("norm_type", NORM_TYPES),
-            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
-            ("sinusoid_layout", SINUSOID_LAYOUTS),
-            ("weight_init", WEIGHT_INITS),
-            ("classifier_pooling", CLASSIFIER_POOLINGS),
-            ("residual_scaling", RESIDUAL_SCALINGS),
-        ):
+        for field, allowed in FIELD_CHOICES.items():
             value = getattr(self, field)
             if value not in allowed:
-                raise _invalid(field, value, f"allowed values are {', '.join(allowed)}")
+                raise _invalid(field, value)
 
     def validate_sinusoid_layout(self):
         if self.sinusoid_layout != "interleaved" and self.position_embedding_type != "sinusoidal":
@@ -281,8 +372,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         # "type" is the legacy name of rope_type, which transformers copies over
         known = {"rope_type", "type", "rope_theta"} | ({"factor"} if rope_type != "default" else set())
         for key in sorted(parameters.keys() - known):
-            allowed = f"{key!r} is no key of rope_type {rope_type!r}; its keys are {sorted(known)}"
-            raise _invalid("rope_parameters", parameters, allowed)
+            unknown = f"{key!r} is no key of rope_type {rope_type!r}; its keys are {sorted(known)}"
+            raise _invalid("rope_parameters", parameters, unknown)
         theta = parameters.get("rope_theta", 1)
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise _invalid("rope_parameters", parameters, "rope_theta must be a positive number")
@@ -303,11 +394,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for field in ("dropout", "attention_dropout", "activation_dropout", "drop_path_rate"):
             value = getattr(self, field)
             if not 0.0 <= value < 1.0:
-                raise _invalid(field, value, "must be in [0, 1)")
+                raise _invalid(field, value)
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
-            raise _invalid("classifier_dropout", self.classifier_dropout, "must be None (use dropout) or in [0, 1)")
+            raise _invalid("classifier_dropout", self.classifier_dropout)
         if not 0.0 <= self.label_smoothing <= 1.0:
-            raise _invalid("label_smoothing", self.label_smoothing, "must be in [0, 1]")
+            raise _invalid("label_smoothing", self.label_smoothing)
 
     @property
     def target_vocab_size(self) -> int:

@@ -192,10 +192,12 @@ def add_tokenizer_subcommand(subparsers: argparse._SubParsersAction) -> argparse
     actions = tokenizer_parser.add_subparsers(dest="tokenizer_command", required=True)
     train = actions.add_parser("train", help="train a BPE tokenizer on text files and save it")
     train.add_argument("--files", nargs="+", required=True, type=Path, help="text files, one sentence a line (.gz ok)")
-    train.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
+    train.add_argument(
+        "--vocab-size", type=int, default=VOCAB_SIZE, help="tokens of the vocabulary, 4 special and 256 byte included"
+    )
     train.add_argument("--min-frequency", type=int, default=MIN_FREQUENCY, help="minimum count of a pair to be merged")
     train.add_argument("--output", type=Path, required=True, help="folder for tokenizer.json and its config")
-    train.add_argument("--lowercase", action="store_true")
+    train.add_argument("--lowercase", action="store_true", help="lowercase all text the tokenizer encodes")
     train.add_argument("--split-punctuation", action="store_true", help="keep punctuation out of subwords")
     train.set_defaults(func=run_tokenizer_train)
     return tokenizer_parser

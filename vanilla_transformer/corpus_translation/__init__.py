@@ -25,9 +25,12 @@ def add_translate_corpus_subcommand(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def translate_corpus_parser() -> CorpusTranslationParser:
+    return CorpusTranslationParser(CorpusTranslationArguments, prog="vanilla-transformer translate-corpus")
+
+
 def run_translate_corpus(argv: list[str]) -> int:
-    parser = CorpusTranslationParser(CorpusTranslationArguments, prog="vanilla-transformer translate-corpus")
-    (args,) = parser.parse_args_into_dataclasses(argv)
+    (args,) = translate_corpus_parser().parse_args_into_dataclasses(argv)
     done = translate_corpus(args)
     if done.get("already"):
         print(f"{done['folder']} is already translated (translation.json): nothing to do")
@@ -46,4 +49,10 @@ def run_translate_corpus(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["CorpusTranslationArguments", "add_translate_corpus_subcommand", "run_translate_corpus", "translate_corpus"]
+__all__ = [
+    "CorpusTranslationArguments",
+    "add_translate_corpus_subcommand",
+    "run_translate_corpus",
+    "translate_corpus",
+    "translate_corpus_parser",
+]

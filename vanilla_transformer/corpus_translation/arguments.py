@@ -26,7 +26,7 @@ class CorpusTranslationArguments:
     dataset_config: str | None = field(default=None, metadata={"help": "the Hub dataset's configuration name"})
     source_lang: str = field(default="en", metadata={"help": "the language translated from"})
     target_lang: str = field(default="de", metadata={"help": "the language the corpus gets translations in"})
-    train_split: str = "train"
+    train_split: str = field(default="train", metadata={"help": "empty: none"})
     validation_split: str = field(default="validation", metadata={"help": "empty: none"})
     test_split: str | None = field(default="test", metadata={"help": "empty: none"})
     translate: list[str] = field(
@@ -67,7 +67,7 @@ class CorpusTranslationArguments:
         metadata={"help": "sentences a chunk: each is written whole or not at all, and a rerun continues after it"},
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "run the model code stored with the model"})
-    disable_progress_bar: bool = False
+    disable_progress_bar: bool = field(default=False, metadata={"help": "no progress bar"})
 
     def __post_init__(self):
         check_at_least(self, 1, "num_beams", "max_new_tokens", "max_input_tokens", "batch_size", "chunk_sentences")

@@ -104,10 +104,12 @@ def run_demo(
 
 def add_demo_subcommand(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("demo", help="train a small English->German number translator offline (~3 min)")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
+    parser.add_argument(
+        "--output-dir", type=Path, default=Path("outputs/demo"), help="where the model goes (empty, or --overwrite)"
+    )
     parser.add_argument("--minutes", type=float, default=MINUTES, help="training time")
-    parser.add_argument("--train-size", type=int, default=TRAIN_SIZE)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-size", type=int, default=TRAIN_SIZE, help="training pairs of the numbers corpus")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the corpus drawn and the training run")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier demo in --output-dir")
     parser.set_defaults(
         func=lambda args: (

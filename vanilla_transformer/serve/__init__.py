@@ -23,7 +23,7 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", required=True, help="a model folder, a Hub repo id, or a CTranslate2 export")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--port", type=int, default=7860, help="the port to listen on (1 to 65535)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     parser.add_argument(
         "--quantize", choices=["int8"], help="also offer the model with int8 linear layers (as translate --quantize)"
@@ -32,7 +32,9 @@ def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-sentences", type=int, default=Limits.max_sentences, help="most sentences of a paragraph a request sends"
     )
-    parser.add_argument("--max-beams", type=int, default=Limits.max_beams)
+    parser.add_argument(
+        "--max-beams", type=int, default=Limits.max_beams, help="most beams a request may ask for (the page's slider)"
+    )
     parser.add_argument(
         "--max-batch-size", type=int, default=Limits.max_batch_size, help="requests translated in one generate() call"
     )

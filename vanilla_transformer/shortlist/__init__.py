@@ -24,9 +24,12 @@ def add_shortlist_subcommand(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def shortlist_parser() -> ShortlistParser:
+    return ShortlistParser((ShortlistArguments, DataArguments), prog="vanilla-transformer shortlist")
+
+
 def run_shortlist(argv: list[str]) -> int:
-    parser = ShortlistParser((ShortlistArguments, DataArguments), prog="vanilla-transformer shortlist")
-    args, data_args = parser.parse_args_into_dataclasses(argv)
+    args, data_args = shortlist_parser().parse_args_into_dataclasses(argv)
     done = write_shortlist(args.model, data_args, args.candidates, args.frequent, args.min_count, args.force)
     print(
         f"wrote {done['path']} ({done['bytes'] / 1e6:.1f} MB): {args.candidates} candidates a source token and the "
@@ -40,5 +43,6 @@ __all__ = [
     "ShortlistArguments",
     "add_shortlist_subcommand",
     "run_shortlist",
+    "shortlist_parser",
     "write_shortlist",
 ]

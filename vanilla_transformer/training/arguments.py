@@ -10,16 +10,7 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from ..configuration_vanilla_transformer import (
-    ACTIVATION_FUNCTIONS,
-    NORM_PLACEMENTS,
-    NORM_TYPES,
-    POSITION_EMBEDDING_TYPES,
-    RESIDUAL_SCALINGS,
-    SINUSOID_LAYOUTS,
-    WEIGHT_INITS,
-    VanillaTransformerConfig,
-)
+from ..configuration_vanilla_transformer import FIELD_CHOICES, VanillaTransformerConfig
 from ..lexical_shortlist import CANDIDATES as SHORTLIST_CANDIDATES
 from ..lexical_shortlist import FREQUENT as SHORTLIST_FREQUENT
 from ..tokenization import VOCAB_SIZE
@@ -46,15 +37,6 @@ NOT_FLAGS = (
 # switches that say how the model computes, not what it computes: a resumed run, or a run from a model, may set them
 # otherwise (the loss in blocks or unfused)
 COMPUTATION_SWITCHES = ("loss_blocks",)
-CHOICES = {
-    "activation_function": ACTIVATION_FUNCTIONS,
-    "norm_placement": NORM_PLACEMENTS,
-    "norm_type": NORM_TYPES,
-    "position_embedding_type": POSITION_EMBEDDING_TYPES,
-    "weight_init": WEIGHT_INITS,
-    "residual_scaling": RESIDUAL_SCALINGS,
-    "sinusoid_layout": SINUSOID_LAYOUTS,
-}
 
 
 def json_object(text: str) -> dict:
@@ -71,10 +53,10 @@ json_object.__name__ = "JSON object"  # argparse names the type in its error: "i
 FLAG_TYPES = {float | int: float, dict | None: json_object}
 
 
-def config_field_help() -> dict[str, str]:
-    """Each field's line of the VanillaTransformerConfig docstring ("    name / other_name: text ...")."""
+def config_field_help(config_class: type = VanillaTransformerConfig) -> dict[str, str]:
+    """Each field's line of the config class's docstring ("    name / other_name: text ...")."""
     helps, current = {}, []
-    for line in (VanillaTransformerConfig.__doc__ or "").splitlines():
+    for line in (config_class.__doc__ or "").splitlines():
         head, colon, text = line.strip().partition(": ")
         names = [name.strip() for name in head.split("/")]
         if colon and line.startswith(" " * 8) and not line.startswith(" " * 9) and all(n.isidentifier() for n in names):
@@ -98,8 +80,8 @@ def config_switches() -> list[tuple[str, type, dataclasses.Field]]:
         if name in NOT_FLAGS:
             continue
         metadata = {"help": helps.get(name, "")}
-        if name in CHOICES:
-            metadata["choices"] = list(CHOICES[name])
+        if name in FIELD_CHOICES:
+            metadata["choices"] = list(FIELD_CHOICES[name])
         flag_type = FLAG_TYPES.get(annotation, annotation)
         switches.append((name, flag_type, field(default=defaults[name], metadata=metadata)))
     return switches
@@ -193,19 +175,39 @@ class DataArguments:
         metadata={"help": "a Hub dataset id, a folder of {split}.{lang}[.gz] files, or a jsonl/csv file"},
     )
     dataset_config: str | None = field(default=None, metadata={"help": "the Hub dataset's configuration name"})
-    source_lang: str = "en"
-    target_lang: str = "de"
-    train_split: str = "train"
-    validation_split: str = "validation"
-    test_split: str | None = "test"
+    source_lang: str = field(
+        default="en", metadata={"help": "the language translated from: its files' suffix ({split}.{lang}) or column"}
+    )
+    target_lang: str = field(default="de", metadata={"help": "the language translated into"})
+    train_split: str = field(default="train", metadata={"help": "the split trained on"})
+    validation_split: str = field(
+        default="validation",
+        metadata={
+            "help": "the split scored at every evaluation and at the end (loss, BLEU, chrF); its best BLEU keeps best/"
+        },
+    )
+    test_split: str | None = field(
+        default="test", metadata={"help": "the split scored with the final model at the end (empty or null: none)"}
+    )
     tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer; trained on train if unset"})
-    vocab_size: int = VOCAB_SIZE
-    lowercase: bool = False
+    vocab_size: int = field(
+        default=VOCAB_SIZE,
+        metadata={
+            "help": "tokens of the tokenizer trained when --tokenizer is unset (4 special and 256 byte included)"
+        },
+    )
+    lowercase: bool = field(default=False, metadata={"help": "the tokenizer trained lowercases all text it encodes"})
     split_punctuation: bool = field(
         default=False, metadata={"help": "keep punctuation out of subwords, as Moses tokenization before BPE does"}
     )
-    max_source_length: int = 128
-    max_target_length: int = 128
+    max_source_length: int = field(
+        default=128,
+        metadata={"help": "tokens of a source at most: longer training pairs are left out, evaluation sources cut"},
+    )
+    max_target_length: int = field(
+        default=128,
+        metadata={"help": "tokens of a target at most: longer training pairs are left out, evaluation targets cut"},
+    )
     max_eval_samples: int | None = field(default=None, metadata={"help": "translate at most this many for BLEU"})
     tokenizer_sample_sentences: int = field(
         default=3_000_000,
@@ -304,14 +306,21 @@ LR_SCHEDULER_TYPES = ("inverse_sqrt", "linear", "cosine", "constant_with_warmup"
 
 @dataclass
 class TrainArguments:
-    output_dir: str = "outputs/model"
-    seed: int = 42
-    max_steps: int = 10000
+    output_dir: str = field(
+        default="outputs/model",
+        metadata={"help": "the run's folder: the model, its tokenizer, results.json, checkpoints/ and best/"},
+    )
+    seed: int = field(
+        default=42, metadata={"help": "seeds the initial weights, the order of the batches and dropout's draws"}
+    )
+    max_steps: int = field(default=10000, metadata={"help": "optimizer steps to train for"})
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "stop after this much training time (then checkpoint and finish)"}
     )
     max_tokens: int = field(default=4096, metadata={"help": "token budget of one micro-batch per process"})
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = field(
+        default=1, metadata={"help": "micro-batches of each process whose gradients make one optimizer step"}
+    )
     tokens_per_step: int | None = field(
         default=None,
         metadata={
@@ -326,7 +335,9 @@ class TrainArguments:
     learning_rate: float | None = field(
         default=None, metadata={"help": "peak learning rate; default d_model^-0.5 * warmup_steps^-0.5 (the paper)"}
     )
-    warmup_steps: int = 4000
+    warmup_steps: int = field(
+        default=4000, metadata={"help": "steps of the learning rate's linear rise to its peak (the paper: 4000)"}
+    )
     lr_scheduler_type: str = field(
         default="inverse_sqrt",
         metadata={
@@ -342,11 +353,13 @@ class TrainArguments:
             "choices": list(DECAY_OVER),
         },
     )
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-9
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW's beta1 (the paper: 0.9)"})
+    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW's beta2 (the paper: 0.98)"})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "AdamW's epsilon (the paper: 1e-9)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW's decoupled weight decay"})
+    max_grad_norm: float = field(
+        default=1.0, metadata={"help": "gradients clipped to this global norm before each step (0: not clipped)"}
+    )
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16", "choices": list(MIXED_PRECISION)})
     use_cpu: bool = field(default=False, metadata={"help": "train on the CPU even when a GPU is present"})
     keep_freed_cpu_memory: bool = field(
@@ -356,17 +369,30 @@ class TrainArguments:
             "it to the kernel, so that each step reuses the pages of the large buffers of the previous one"
         },
     )
-    logging_steps: int = 50
-    eval_steps: int = 1000
-    save_steps: int = 1000
-    save_total_limit: int = 10
+    logging_steps: int = field(
+        default=50,
+        metadata={
+            "help": "steps between reports of the mean loss, learning rate and tokens/s (progress bar, TensorBoard)"
+        },
+    )
+    eval_steps: int = field(
+        default=1000,
+        metadata={
+            "help": "steps between evaluations during training (0: none; the final model is scored all the same)"
+        },
+    )
+    save_steps: int = field(default=1000, metadata={"help": "steps between checkpoints (0: none)"})
+    save_total_limit: int = field(
+        default=10,
+        metadata={"help": "the newest checkpoints kept, at least --average_last_checkpoints (0: every checkpoint)"},
+    )
     average_last_checkpoints: int = field(default=1, metadata={"help": "average the last K checkpoints at the end"})
     resume_from_checkpoint: str | None = field(default=None, metadata={"help": "a checkpoint folder, or 'latest'"})
     overwrite_output_dir: bool = field(
         default=False,
         metadata={"help": "train into a non-empty output_dir: an earlier run's checkpoints and best model there go"},
     )
-    num_beams: int = 5
+    num_beams: int = field(default=5, metadata={"help": "beams of the translations that evaluations score"})
     max_new_tokens: int | None = field(
         default=128, metadata={"help": "new tokens at most; null (in a --config file): source length + 50, the paper's"}
     )
@@ -377,7 +403,7 @@ class TrainArguments:
         default=False,
         metadata={"help": "also score tokenized BLEU with compounds split, as the paper's WMT14 table (.[wmt])"},
     )
-    eval_batch_size: int = 64
+    eval_batch_size: int = field(default=64, metadata={"help": "sentences an evaluation translates at once"})
     shortlist: bool = field(
         default=False,
         metadata={"help": "write a lexical shortlist of the training corpus into the output folder at the end"},
@@ -389,16 +415,18 @@ class TrainArguments:
         default=SHORTLIST_FREQUENT, metadata={"help": "the shortlist's most frequent target tokens"}
     )
     push_to_hub: bool = field(default=False, metadata={"help": "publish the output folder at the end"})
-    hub_repo_id: str | None = None
-    hub_private: bool = False
+    hub_repo_id: str | None = field(
+        default=None, metadata={"help": "the Hub repo --push_to_hub publishes to, USER/NAME"}
+    )
+    hub_private: bool = field(default=False, metadata={"help": "a repo --push_to_hub creates is private"})
     hub_revision: str | None = field(default=None, metadata={"help": "a branch to push to"})
-    hub_create_pr: bool = False
+    hub_create_pr: bool = field(default=False, metadata={"help": "push as a pull request to the repo"})
     hub_token: str | None = field(default=None, metadata={"help": "default: HF_TOKEN or the stored login"})
     report_to: str = field(
         default="auto",
         metadata={"help": "auto (tensorboard when installed), tensorboard, none", "choices": list(REPORT_TO)},
     )
-    disable_progress_bar: bool = False
+    disable_progress_bar: bool = field(default=False, metadata={"help": "no progress bar"})
     torch_compile: bool = field(
         default=False,
         metadata={
@@ -421,7 +449,9 @@ class TrainArguments:
         default=None, metadata={"help": "train LoRA adapters of this rank (PEFT) instead of the weights (.[lora])"}
     )
     lora_alpha: float | None = field(default=None, metadata={"help": "LoRA's scale numerator (default 2 x lora_r)"})
-    lora_dropout: float = 0.0
+    lora_dropout: float = field(
+        default=0.0, metadata={"help": "dropout on the input of each LoRA adapter, in [0, 1) (PEFT's lora_dropout)"}
+    )
     lora_targets: list[str] = field(
         default_factory=lambda: list(LORA_TARGETS), metadata={"help": "the projections that get adapters"}
     )

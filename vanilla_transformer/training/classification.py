@@ -10,6 +10,7 @@ the position the `first` pooling reads, as BERT's [CLS].
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import time
@@ -51,14 +52,21 @@ class ClassificationArguments:
         },
     )
     dataset_config: str | None = field(default="sst2", metadata={"help": "the Hub dataset's configuration"})
-    text_column: str = "sentence"
-    label_column: str = "label"
-    train_split: str = "train"
-    validation_split: str = "validation"
-    max_train_samples: int | None = None
+    text_column: str = field(default="sentence", metadata={"help": "the column of the sentences"})
+    label_column: str = field(default="label", metadata={"help": "the column of the labels (names or numbers)"})
+    train_split: str = field(default="train", metadata={"help": "the split trained on"})
+    validation_split: str = field(default="validation", metadata={"help": "the split whose accuracy is reported"})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "train on the first this many sentences of the training split at most"}
+    )
     tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer; trained on train if unset"})
-    vocab_size: int = VOCAB_SIZE
-    lowercase: bool = False
+    vocab_size: int = field(
+        default=VOCAB_SIZE,
+        metadata={
+            "help": "tokens of the tokenizer trained when --tokenizer is unset (4 special and 256 byte included)"
+        },
+    )
+    lowercase: bool = field(default=False, metadata={"help": "the tokenizer trained lowercases all text it encodes"})
     max_length: int = field(default=128, metadata={"help": "longer sentences are cut to this many tokens"})
     classifier_pooling: str = field(
         default="first",
@@ -66,27 +74,34 @@ class ClassificationArguments:
     )
     classifier_dropout: float | None = field(default=None, metadata={"help": "default: the model's dropout"})
     max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this long"})
-    overwrite_output_dir: bool = False
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "train into a non-empty output_dir, replacing what a run writes there"}
+    )
 
     def __post_init__(self):
         check_at_least(self, 1, "max_train_samples", "vocab_size", "max_length")
         check_positive(self, "max_train_minutes")
 
 
+def default_of_ours(name: str, default) -> dataclasses.Field:
+    """transformers' TrainingArguments field `name` with another default, and its help."""
+    return field(default=default, metadata=TrainingArguments.__dataclass_fields__[name].metadata)
+
+
 @dataclass
 class ClassificationTrainingArguments(TrainingArguments):
     """transformers' TrainingArguments with defaults for a small model trained from scratch."""
 
-    output_dir: str = "outputs/classifier"
-    learning_rate: float = 5e-4
-    warmup_steps: float = 500
-    per_device_train_batch_size: int = 64
-    per_device_eval_batch_size: int = 128
-    max_steps: int = 5000
-    eval_strategy: str = "steps"
-    eval_steps: float = 500
-    logging_steps: float = 100
-    save_strategy: str = "no"
+    output_dir: str = default_of_ours("output_dir", "outputs/classifier")
+    learning_rate: float = default_of_ours("learning_rate", 5e-4)
+    warmup_steps: float = default_of_ours("warmup_steps", 500)
+    per_device_train_batch_size: int = default_of_ours("per_device_train_batch_size", 64)
+    per_device_eval_batch_size: int = default_of_ours("per_device_eval_batch_size", 128)
+    max_steps: int = default_of_ours("max_steps", 5000)
+    eval_strategy: str = default_of_ours("eval_strategy", "steps")
+    eval_steps: float = default_of_ours("eval_steps", 500)
+    logging_steps: float = default_of_ours("logging_steps", 100)
+    save_strategy: str = default_of_ours("save_strategy", "no")
 
 
 def load_labelled(args: ClassificationArguments, split: str) -> datasets.Dataset:

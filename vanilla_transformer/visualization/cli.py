@@ -41,15 +41,24 @@ def add_plot_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
     alignment.add_argument("--text", required=True, help="the source sentence to translate")
     alignment.add_argument("--layer", type=int, help="one decoder layer (default: mean of all)")
     alignment.add_argument("--head", type=int, help="one head (default: mean of all)")
-    alignment.add_argument("--num-beams", type=int, default=1)
-    alignment.add_argument("--max-new-tokens", type=int)
+    alignment.add_argument("--num-beams", type=int, default=1, help="beams of the translation drawn (1: greedy)")
+    alignment.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help="longest translation in tokens (default: the generation config's, else twice the source length + 10)",
+    )
     alignment.set_defaults(func=_run_alignment)
 
     attention = kinds.add_parser("attention", help="per-head attention maps of one layer")
     common(attention, model_required=True)
     attention.add_argument("--text", required=True, help="the source sentence")
     attention.add_argument("--target", help="target sentence fed to the decoder (default: the greedy translation)")
-    attention.add_argument("--stack", choices=STACKS, default="encoder")
+    attention.add_argument(
+        "--stack",
+        choices=STACKS,
+        default="encoder",
+        help="the encoder's self-attention, the decoder's masked self-attention, or the cross-attention",
+    )
     attention.add_argument("--layer", type=int, default=-1, help="layer index, negative from the top (default -1)")
     attention.add_argument("--head", type=int, help="one head (default: all heads in a grid)")
     attention.set_defaults(func=_run_attention)
@@ -84,7 +93,12 @@ def add_plot_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
     common(masks, model_required=False)
     masks.add_argument("--text", action="append", help="a sentence of the batch (repeat); needs a tokenizer")
     masks.add_argument("--lengths", type=int, nargs="+", help="sentence lengths, without a tokenizer (default 8 5)")
-    masks.add_argument("--padding-side", choices=("right", "left"), default="right")
+    masks.add_argument(
+        "--padding-side",
+        choices=("right", "left"),
+        default="right",
+        help="the side the shorter sentences are padded on",
+    )
     masks.add_argument("--sliding-window", type=int, help="window width (default: the model's sliding_window)")
     masks.set_defaults(func=_run_masks)
     return plot
