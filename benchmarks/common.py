@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import shlex
+import socket
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
@@ -215,6 +216,13 @@ def command_line() -> str:
         ["python", *sys.argv] if spec is None else ["python", "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
     )
     return " ".join(shlex.quote(word) for word in words)
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now (the system picks it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def log(message: str) -> None:

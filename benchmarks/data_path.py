@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import command_line, log, machine_summary
+from benchmarks.common import command_line, free_port, log, machine_summary
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
@@ -163,8 +163,10 @@ def launch(args, corpus: Path, cache: Path, model: str, steps: int, processes: i
         flags = [flag for flag in flags if flag not in ("--cache_dir", str(cache))]
     python = [sys.executable]
     if processes > 1:
+        # a free rendezvous port: another run on the machine (a parallel test) may hold accelerate's default
         python += ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+                   "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
+                   "--dynamo_backend", "no"]  # fmt: skip
     # the script by its path, so that PYTHONPATH decides which package it measures
     command = [*python, str(Path(__file__).resolve()), "--child", str(time.time()), str(steps), model, *flags]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.code or ""), str(REPO)]))}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .common import command_line, log, machine_summary
+from .common import command_line, free_port, log, machine_summary
 
 REPO = Path(__file__).resolve().parents[1]
 API_NAMES = {"gradio": "Gradio (/gradio_api/run/translate)", "json": "JSON (/api/translate)"}
@@ -57,12 +56,6 @@ def sentence(words: int) -> str:
         found += english_words(value).split()
         value -= 111_111
     return " ".join(found[:words])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_service(args, port: int) -> subprocess.Popen:

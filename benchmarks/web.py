@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 from vanilla_transformer.tokenization import iter_lines
 from vanilla_transformer.web import export_web
 
-from .common import command_line, log, machine_summary
+from .common import command_line, free_port, log, machine_summary
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -46,9 +45,7 @@ def twenty_words(path: Path) -> str:
 
 
 def serve(folder: Path) -> tuple[subprocess.Popen, int]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
         stdout=subprocess.DEVNULL,

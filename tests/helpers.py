@@ -1,20 +1,25 @@
 """What several test files share: the tiny vocabulary and its special ids, the architecture switch combinations, tiny
-configs and models, random token ids, the eager-versus-sdpa comparison, and running a script in a fresh Python
-process where our package cannot be imported. Fixtures live in conftest.py; this module holds plain code."""
+configs and models, random token ids, the eager-versus-sdpa comparison, running a script in a fresh Python
+process where our package cannot be imported, a folder served on localhost and headless Chromium. Fixtures live in
+conftest.py; this module holds plain code."""
 
 import copy
 import gzip
 import itertools
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import torch
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.demo.number_words import demo_splits
 from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments
 
 # the files every saved folder carries as remote code: the model, nothing else
@@ -197,6 +202,20 @@ TINY_TRAINING_MODEL = dict(
 )
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def accelerate_two_cpu_processes() -> list[str]:
+    """`accelerate launch` of two CPU processes (gloo), rendezvousing on a free port: tests that launch in parallel
+    (pytest-xdist's workers) would otherwise meet on the default port 29500."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
+            "--dynamo_backend", "no"]  # fmt: skip
+
+
 def tiny_arguments(corpus_folder: Path, output_dir: Path, **train_overrides):
     model_args = ModelArguments(**TINY_TRAINING_MODEL, dropout=0.1)
     data_args = DataArguments(
@@ -265,9 +284,26 @@ def tokenizer_ids(tokenizer) -> dict[str, int]:
     )
 
 
+# the numbers demo's pairs the small translators of several test files learn from (train), and the numbers they never
+# saw (test)
+NUMBER_SPLITS = demo_splits(train_size=2000, test_size=50, seed=0, max_value=9999)
+
+
 def train_number_translator(folder: Path, tokenizer, pairs, source_side: int, steps: int = 300) -> Path:
-    """A small model trained for `steps` steps (about 12 s on 2 cores) on the numbers demo's (english, german) pairs,
-    translating side `source_side` into the other almost perfectly; saved with `tokenizer` into `folder`."""
+    """A small model trained for `steps` steps (about 12 s) on the numbers demo's (english, german) pairs, translating
+    side `source_side` into the other almost perfectly; saved with `tokenizer` into `folder`.
+
+    On one thread: torch's rounding depends on its thread count, and one thread gives the same weights on every
+    machine and in every test worker (and a second thread only slows a model this small)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train_number_translator(folder, tokenizer, pairs, source_side, steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_number_translator(folder: Path, tokenizer, pairs, source_side: int, steps: int) -> Path:
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
         d_model=64,
@@ -294,3 +330,45 @@ def train_number_translator(folder: Path, tokenizer, pairs, source_side: int, st
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def serve_folder(folder: Path) -> tuple[subprocess.Popen, int]:
+    """`python -m http.server` on 127.0.0.1 at a free port, as the pages' READMEs say to serve them: (server, port)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        with socket.socket() as client:
+            if client.connect_ex(("127.0.0.1", port)) == 0:
+                return server, port
+        time.sleep(0.1)
+    server.terminate()
+    raise RuntimeError("http.server did not start")
+
+
+def headless_chromium(window_size: str = "1280,900", network_log: bool = False):
+    """Chromium and its chromedriver found on PATH (Debian's; .ci/run installs them), driven by Selenium headless;
+    or a pytest skip that names what is missing. `network_log`: DevTools' performance log (every URL requested)."""
+    import pytest
+
+    pytest.importorskip("selenium", reason='the browser tests need selenium (".[dev]")')
+    programs = {name: shutil.which(name) for name in ("chromium", "chromedriver")}
+    missing = [name for name, path in programs.items() if path is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not found: apt-get install chromium chromium-driver (.ci/run does)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = programs["chromium"]
+    # as root Chromium needs --no-sandbox; with no network here its background connections would only fail
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size={window_size}", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"):  # fmt: skip
+        options.add_argument(flag)
+    if network_log:
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    return webdriver.Chrome(service=Service(programs["chromedriver"]), options=options)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUIET_THREADS, tiny_arguments, tiny_train_flags
+from helpers import QUIET_THREADS, accelerate_two_cpu_processes, tiny_arguments, tiny_train_flags
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.training import TrainingRun, parse_arguments
@@ -211,8 +211,6 @@ run.run()
 
 
 def test_two_processes_prepare_the_corpus_once_and_map_the_same_folder(corpus_folder, tmp_path):
-    from test_training import ACCELERATE_TWO_CPU_PROCESSES
-
     script = tmp_path / "prepare_once.py"
     script.write_text(TWO_PROCESSES_PREPARE_ONCE)
     flags = [
@@ -222,7 +220,7 @@ def test_two_processes_prepare_the_corpus_once_and_map_the_same_folder(corpus_fo
         "--cache_dir",
         str(tmp_path / "c"),
     ]
-    command = [*ACCELERATE_TWO_CPU_PROCESSES, str(script), *flags]
+    command = [*accelerate_two_cpu_processes(), str(script), *flags]
     result = subprocess.run(command, capture_output=True, text=True, env=QUIET_THREADS, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("PREPARED BY A PROCESS") == 1

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUIET_THREADS, TINY_TRAINING_MODEL, tiny_train_flags, write_jsonl, write_lines
+from helpers import (
+    QUIET_THREADS,
+    TINY_TRAINING_MODEL,
+    accelerate_two_cpu_processes,
+    tiny_train_flags,
+    write_jsonl,
+    write_lines,
+)
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
@@ -153,10 +160,8 @@ def test_killed_halfway_a_rerun_continues_after_the_last_whole_chunk_and_writes_
 def test_two_processes_translate_their_own_chunks_into_the_corpus_one_process_writes(
     uninterrupted, teacher, corpus_folder, tmp_path
 ):
-    from test_training import ACCELERATE_TWO_CPU_PROCESSES
-
     output = tmp_path / "two"
-    command = [*ACCELERATE_TWO_CPU_PROCESSES, "-m", "vanilla_transformer.cli", *flags(teacher, corpus_folder, output)]
+    command = [*accelerate_two_cpu_processes(), "-m", "vanilla_transformer.cli", *flags(teacher, corpus_folder, output)]
     result = subprocess.run(command, capture_output=True, text=True, env=QUIET_THREADS, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     # chunks 0, 2, 4 (70 + 70 + 20 sentences) in one process, 1 and 3 in the other; the last to finish joins them

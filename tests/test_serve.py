@@ -15,29 +15,20 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import train_number_translator
+from helpers import headless_chromium
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.demo.number_words import demo_splits
 from vanilla_transformer.serve.service import Limits, RequestError, Settings, Translation, TranslationService
-from vanilla_transformer.tokenization import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-SPLITS = demo_splits(train_size=2000, test_size=5, seed=0, max_value=9999)
 SENTENCE = "seven hundred forty-two thousand three hundred fifty-one"
 QUEUE_SIZE = 4  # the served page's queue
 
 
 @pytest.fixture(scope="module")
-def model_folder(tmp_path_factory) -> Path:
+def model_folder(numbers_en_de, tmp_path_factory) -> Path:
     """A small model trained to translate the numbers demo's English into German, with a card with examples."""
-    tokenizer = train_tokenizer([sentence for pair in SPLITS["train"] for sentence in pair], vocab_size=400)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        folder = train_number_translator(tmp_path_factory.mktemp("model"), tokenizer, SPLITS["train"], source_side=0)
-    finally:
-        torch.set_num_threads(threads)
+    folder = Path(shutil.copytree(numbers_en_de, tmp_path_factory.mktemp("model") / "numbers"))
     (folder / "README.md").write_text("---\nwidget:\n- text: forty-two\n- text: one hundred\n---\n# a test model\n")
     return folder
 
@@ -370,24 +361,6 @@ def test_the_space_folder_runs_the_page_for_the_model(model_folder, service, tmp
         app.wait(timeout=30)
 
 
-def browser():
-    """Headless Chromium through Selenium with the system's chromedriver, or a skip saying what is missing."""
-    pytest.importorskip("selenium", reason='the browser test needs selenium (".[dev]")')
-    for program in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-        if not Path(program).exists():
-            pytest.skip(f"{program} is missing: apt-get install chromium chromium-driver (.ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,2300", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"):  # fmt: skip
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-
-
 def test_the_page_in_a_browser(served, service, tmp_path, monkeypatch):
     """As a person uses it: type a sentence, press Translate, wait for the translation and the alignment, pick
     another head; what was typed is shown as text, never run; a screenshot."""
@@ -396,7 +369,7 @@ def test_the_page_in_a_browser(served, service, tmp_path, monkeypatch):
     from selenium.webdriver.support.ui import WebDriverWait
 
     _, _, port = served
-    driver = browser()
+    driver = headless_chromium("1280,2300")
     try:
         driver.get(f"http://127.0.0.1:{port}/")
         wait = WebDriverWait(driver, 120)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUIET_THREADS, tiny_arguments, tiny_train_flags
+from helpers import QUIET_THREADS, accelerate_two_cpu_processes, tiny_arguments, tiny_train_flags
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -290,22 +290,6 @@ def test_cpu_trainer_keeps_freed_memory_unless_told_not_to(keep, corpus_folder, 
     assert calls == ([True] if keep else [])
 
 
-ACCELERATE_TWO_CPU_PROCESSES = [
-    sys.executable,
-    "-m",
-    "accelerate.commands.launch",
-    "--multi_gpu",
-    "--num_processes",
-    "2",
-    "--num_machines",
-    "1",
-    "--mixed_precision",
-    "no",
-    "--dynamo_backend",
-    "no",
-]
-
-
 def test_train_with_bf16_mixed_precision_on_the_cpu_has_a_finite_loss(corpus_folder, tmp_path):
     output = tmp_path / "bf16"
     command = [sys.executable, "-m", "vanilla_transformer.cli", "train", *tiny_train_flags(corpus_folder)]
@@ -332,7 +316,7 @@ def test_two_process_ddp_matches_one_process_on_the_same_global_batch(corpus_fol
         "2",
     ]
     double = [
-        *ACCELERATE_TWO_CPU_PROCESSES,
+        *accelerate_two_cpu_processes(),
         "-m",
         "vanilla_transformer.cli",
         "train",
@@ -373,7 +357,7 @@ def test_a_ddp_run_releases_its_wrapper_before_the_process_group_is_destroyed(co
     script = tmp_path / "release.py"
     script.write_text(DDP_WRAPPER_RELEASE_SCRIPT)
     command = [
-        *ACCELERATE_TWO_CPU_PROCESSES,
+        *accelerate_two_cpu_processes(),
         str(script),
         *tiny_train_flags(corpus_folder),
         "--output_dir",

@@ -6,15 +6,13 @@ the tokens of PyTorch's greedy generate() and fetches nothing but its own static
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config, tokenizer_ids, train_number_translator
+from helpers import headless_chromium, serve_folder, tiny_config, tokenizer_ids
 from huggingface_hub import CommitInfo, HfApi
 from huggingface_hub.hf_api import RepoUrl
 
@@ -22,9 +20,7 @@ from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, main
 from vanilla_transformer.common.model_folder import load_tokenizer
 from vanilla_transformer.common.paragraphs import split_paragraph, translate_paragraphs
-from vanilla_transformer.demo.number_words import demo_splits
 from vanilla_transformer.inference import load_for_translation, translate
-from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.web import export_web
 from vanilla_transformer.web.page import default_node_modules, integrity, pinned_assets
 
@@ -32,7 +28,6 @@ pytest.importorskip("onnxruntime", reason='the page is an ONNX export: pip insta
 pytest.importorskip("sentencex", reason='paragraphs need ".[paragraphs]"')
 
 REPO = Path(__file__).resolve().parents[1]
-SPLITS = demo_splits(train_size=2000, test_size=5, seed=0, max_value=9999)
 SENTENCE = "seven hundred forty-two thousand three hundred fifty-one"
 # five sentences, with the spacing and line breaks a paragraph keeps
 PARAGRAPH = "forty-two. one hundred and five!\nseven thousand?  nine.\n\ntwelve."
@@ -50,18 +45,10 @@ SEGMENTER_CASES = [
 
 
 @pytest.fixture(scope="module")
-def model_folder(tmp_path_factory) -> Path:
+def model_folder(numbers_en_de, tmp_path_factory) -> Path:
     """A small model trained to translate the numbers demo's English into German, with a card naming its languages;
-    its tokenizer lowercases and splits punctuation off."""
-    # the Multi30k recipe's tokenizer options, which the page's JavaScript tokenizer must apply as Python does
-    sentences = [sentence for pair in SPLITS["train"] for sentence in pair]
-    tokenizer = train_tokenizer(sentences, vocab_size=400, lowercase=True, split_punctuation=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        folder = train_number_translator(tmp_path_factory.mktemp("model"), tokenizer, SPLITS["train"], source_side=0)
-    finally:
-        torch.set_num_threads(threads)
+    its tokenizer lowercases and splits punctuation off, which the page's JavaScript tokenizer does as Python does."""
+    folder = Path(shutil.copytree(numbers_en_de, tmp_path_factory.mktemp("model") / "numbers"))
     (folder / "README.md").write_text(f"---\nlanguage: [en, de]\nwidget:\n- text: {SENTENCE}\n---\n# numbers\n")
     return folder
 
@@ -136,6 +123,8 @@ def test_a_paragraph_translates_as_its_five_sentences_do_one_by_one(model_folder
 
 @pytest.fixture(scope="module")
 def page(model_folder, tmp_path_factory) -> Path:
+    """The page with the npm packages copied in (`--offline-assets`), or a skip where `npm ci` has not run."""
+    node_modules()
     site = tmp_path_factory.mktemp("page") / "site"
     return export_web(model_folder, site, offline_assets=True, title="Numbers, English to German")
 
@@ -155,44 +144,6 @@ def test_the_page_loads_its_packages_from_a_cdn_with_integrity_hashes_unless_off
     assert "cdn" not in (page / "index.html").read_text()
     with pytest.raises(ValueError, match="is an ONNX export already"):
         export_web(page / "model", tmp_path / "again", quantize="int8")
-
-
-def serve_folder(folder: Path):
-    """`python -m http.server` on 127.0.0.1 at a free port, the way the page's README says to serve it."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        with socket.socket() as client:
-            if client.connect_ex(("127.0.0.1", port)) == 0:
-                return server, port
-        time.sleep(0.1)
-    server.terminate()
-    raise RuntimeError("http.server did not start")
-
-
-def browser():
-    """Headless Chromium through Selenium with the system's chromedriver, its network log on, or a skip."""
-    pytest.importorskip("selenium", reason='the browser test needs selenium (".[dev]")')
-    for program in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-        if not Path(program).exists():
-            pytest.skip(f"{program} is missing: apt-get install chromium chromium-driver (.ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,760", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"):  # fmt: skip
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
 def requested_urls(driver) -> list[str]:
@@ -216,7 +167,7 @@ def test_the_page_in_a_browser_translates_as_greedy_generate_and_fetches_only_it
     with torch.no_grad():
         expected = model.generate(**inputs, num_beams=1, do_sample=False)[0, 1:].tolist()
     server, port = serve_folder(page)
-    driver = browser()
+    driver = headless_chromium("1000,760", network_log=True)
     try:
         driver.get(f"http://127.0.0.1:{port}/")
         wait = WebDriverWait(driver, 120)
@@ -291,7 +242,7 @@ def test_the_page_in_a_browser_translates_as_greedy_generate_and_fetches_only_it
 
 
 def test_the_web_benchmark_prints_the_ready_time_the_sentence_time_and_the_sizes(model_folder):
-    browser().quit()  # or a skip, naming what is missing
+    headless_chromium().quit()  # or a skip, naming what is missing
     node_modules()
     command = [sys.executable, "-m", "benchmarks.web", "--model", str(model_folder), "--sentence", PARAGRAPH,
                "--loads", "1", "--translations", "1"]  # fmt: skip
