@@ -104,11 +104,11 @@ def test_the_site_in_a_browser_shows_pictures_and_formulas_and_searches_in_both_
             assert driver.find_element(By.TAG_NAME, "html").get_attribute("lang") == language
             picture = driver.find_element(By.CSS_SELECTOR, "article img.drawn")
             assert driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", picture) > 100
-            formula = driver.find_element(By.CSS_SELECTOR, "article math")
+            formula = driver.find_element(By.CSS_SELECTOR, "article math[display=block]")
             assert formula.size["height"] > 5 and formula.size["width"] > 20  # drawn by the browser's MathML
             driver.save_screenshot(str(shots / f"learn-attention-{language}.png"))
-            driver.find_element(By.CSS_SELECTOR, "label.md-search__icon, .md-header__button[for='__search']").click()
-            box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "input.md-search__input"))
+            box = driver.find_element(By.CSS_SELECTOR, "input.md-search__input")  # in the header at this width
+            box.click()
             box.send_keys(term)
             box.send_keys(Keys.SPACE)
             results = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".md-search-result__item"))
