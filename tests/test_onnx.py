@@ -2,6 +2,7 @@
 ONNX Runtime's logits are the model's, its greedy and beam translations generate()'s, int8 stays within a stated
 BLEU; every switch an ONNX graph can express exports exactly, the one it cannot is refused by name; the commands."""
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from helpers import NUMBER_SPLITS, tiny_config, tokenizer_ids
+from helpers import NUMBER_SPLITS, error_line, tiny_config, tokenizer_ids
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
@@ -286,3 +287,76 @@ def test_without_onnxruntime_each_command_names_the_extra_in_one_line(exported, 
         error = capsys.readouterr().err.strip()
         assert error.endswith('pip install "vanilla-transformer[onnx]" (--debug shows the traceback)'), error
         assert len(error.splitlines()) == 1
+
+
+# --- an export where a model folder or another engine's export is expected; an export's file cut short ---
+
+
+@pytest.fixture(scope="module")
+def exports(trained_folder, exported, tmp_path_factory) -> dict[str, Path]:
+    """The trained folder's exports by the engine that runs each (CTranslate2's where it is installed)."""
+    written = {"onnx": exported}
+    if importlib.util.find_spec("ctranslate2") is not None:
+        from vanilla_transformer.export import export_ctranslate2
+
+        written["ctranslate2"] = export_ctranslate2(trained_folder, tmp_path_factory.mktemp("ct2") / "ct2")
+    return written
+
+
+def file_sizes(folder: Path) -> dict[str, int]:
+    return {path.name: path.stat().st_size for path in folder.iterdir()}
+
+
+TRANSLATE = ["--input", "{tmp}/in.txt", "--output", "{tmp}/out"]
+EXPORT_KINDS = {"onnx": "an ONNX export", "ctranslate2": "a CTranslate2 export"}
+PASS_ENGINE = {
+    engine: "--model {export} is " + f"{kind} (`export {engine}` wrote it): pass --engine {engine}"
+    for engine, kind in EXPORT_KINDS.items()
+}
+NOT_A_MODEL_FOLDER = {
+    engine: "{export} is " + f"{kind} (`export {engine}` wrote it), not a model folder: give the trained model folder "
+    "it was exported from"
+    for engine, kind in EXPORT_KINDS.items()
+}
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv", "message"),
+    [
+        pytest.param("onnx", ["translate", "--model", "{export}", *TRANSLATE], PASS_ENGINE["onnx"],
+                     id="translate-onnx"),
+        pytest.param("ctranslate2", ["translate", "--model", "{export}", *TRANSLATE], PASS_ENGINE["ctranslate2"],
+                     id="translate-ctranslate2"),
+        pytest.param("onnx", ["translate", "--engine", "ctranslate2", "--model", "{export}", *TRANSLATE],
+                     PASS_ENGINE["onnx"], id="translate-engine-ctranslate2-onnx"),
+        pytest.param("ctranslate2", ["translate", "--engine", "onnx", "--model", "{export}", *TRANSLATE],
+                     PASS_ENGINE["ctranslate2"], id="translate-engine-onnx-ctranslate2"),
+        pytest.param("onnx", ["translate-corpus", "--model", "{export}", "--output_dir", "{tmp}/out", "--dataset",
+                              "{tmp}", "--source_lang", "de", "--target_lang", "en"],
+                     PASS_ENGINE["onnx"], id="translate-corpus-onnx"),
+        pytest.param("onnx", ["export", "onnx", "{export}", "{tmp}/out", "--quantize", "int8"],
+                     NOT_A_MODEL_FOLDER["onnx"], id="export-onnx-onnx"),
+        pytest.param("ctranslate2", ["export", "onnx", "{export}", "{tmp}/out"], NOT_A_MODEL_FOLDER["ctranslate2"],
+                     id="export-onnx-ctranslate2"),
+        pytest.param("onnx", ["export", "ctranslate2", "{export}", "{tmp}/out"], NOT_A_MODEL_FOLDER["onnx"],
+                     id="export-ctranslate2-onnx"),
+        pytest.param("ctranslate2", ["export", "web", "{export}", "{tmp}/out"], NOT_A_MODEL_FOLDER["ctranslate2"],
+                     id="export-web-ctranslate2"),
+    ],
+)  # fmt: skip
+def test_an_export_where_it_does_not_belong_is_named_with_what_to_pass_and_nothing_is_written(
+    exports, tmp_path, capsys, engine, argv, message
+):
+    if engine not in exports:
+        pytest.skip('CTranslate2 is optional: pip install ".[ct2]"')
+    export = exports[engine]
+    before = file_sizes(export)
+    (tmp_path / "in.txt").write_text(HELD_OUT[0] + "\n")
+    argv = [argument.replace("{export}", str(export)).replace("{tmp}", str(tmp_path)) for argument in argv]
+    capsys.readouterr()
+    assert main(argv) == 2
+    expected = message.replace("{export}", str(export))
+    said = error_line(capsys, argv[0])
+    assert said == f"vanilla-transformer {argv[0]}: error: {expected} (--debug shows the traceback)"
+    assert not (tmp_path / "out").exists()
+    assert file_sizes(export) == before

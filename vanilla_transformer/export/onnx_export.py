@@ -56,16 +56,35 @@ def export_onnx(folder: str | Path, output: str | Path, quantize: str | None = N
     """Write `folder` (a translation model folder or Hub repo with its tokenizer) as ONNX files into `output`,
     float32 or with `quantize="int8"`; returns `output`."""
     import_onnx_exporter()
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ValueError(f"quantize={quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+    check_quantization(quantize)
     output = Path(output)
     check_output_folder(output, folder, "model", force)
+    model, tokenizer = load_exportable(folder)
+    return write_onnx_export(model, tokenizer, folder, output, quantize, replace=force)
+
+
+def check_quantization(quantize: str | None) -> None:
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize={quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+
+
+def load_exportable(folder: str | Path):
+    """The model of `folder` (eager attention: see onnx_graphs.py) and its tokenizer, once every check that refuses
+    a folder has passed: a caller that has written nothing yet refuses it with nothing to undo."""
+    import_onnx_exporter()
     check_expressible(load_config(folder))  # the switches first: a refusal should not wait for the weights
     tokenizer = load_tokenizer(folder, described_as="model")
-    # eager attention: see onnx_graphs.py
     model = load_model_folder(folder, attn_implementation="eager").eval()
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         raise ValueError(f"{folder} holds a {type(model).__name__}; the ONNX export takes a translation model")
+    return model, tokenizer
+
+
+def write_onnx_export(
+    model, tokenizer, folder: str | Path, output: Path, quantize: str | None = None, replace: bool = False
+) -> Path:
+    """Write `model` (loaded from `folder` by `load_exportable`) and `tokenizer` as ONNX files into `output`, which
+    `replace` empties first; the card and the shortlist of `folder` travel with them."""
     with tempfile.TemporaryDirectory() as scratch:
         graphs = export_graphs(model, Path(scratch))
         if quantize == "int8":
@@ -74,7 +93,7 @@ def export_onnx(folder: str | Path, output: str | Path, quantize: str | None = N
             for path in graphs:
                 quantize_int8(path, quantized / path.name)
             graphs = [quantized / path.name for path in graphs]
-        if output.exists() and force:
+        if output.exists() and replace:
             shutil.rmtree(output)
         output.mkdir(parents=True, exist_ok=True)
         write_sharing_weights(graphs, output, ONNX_WEIGHTS_FILE)
@@ -115,4 +134,13 @@ def _run_export_onnx(args) -> int:
     return 0
 
 
-__all__ = ["EXPORT_INFO_FILE", "QUANTIZATIONS", "add_onnx_format", "export_onnx", "unsupported_onnx_switches"]
+__all__ = [
+    "EXPORT_INFO_FILE",
+    "QUANTIZATIONS",
+    "add_onnx_format",
+    "check_quantization",
+    "export_onnx",
+    "load_exportable",
+    "unsupported_onnx_switches",
+    "write_onnx_export",
+]

@@ -22,8 +22,8 @@ from pathlib import Path
 from transformers import GenerationConfig
 
 from ..common.languages import declared_languages
-from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder
-from ..export.onnx_export import EXPORT_INFO_FILE, export_onnx
+from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder, export_engine
+from ..export.onnx_export import EXPORT_INFO_FILE, check_quantization, load_exportable, write_onnx_export
 from ..inference.onnx_engine import PLAIN_GREEDY_SETTINGS
 
 CDN = "https://cdn.jsdelivr.net/npm/{package}@{version}/{path}"
@@ -31,6 +31,7 @@ MODEL_FOLDER = "model"
 ASSETS_FOLDER = "assets"
 # the files of an ONNX export the page reads
 PAGE_MODEL_FILES = (*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
+PAGE_CONFIG_FILES = ("config.json", "generation_config.json")  # read when the page is written
 MAX_INPUT_TOKENS = 256  # the service's limit: a page is for a paragraph, not a book
 
 
@@ -49,36 +50,51 @@ def default_node_modules() -> Path:
     return Path(__file__).resolve().parents[2] / "node_modules"
 
 
-def _asset_urls(offline_assets: bool, node_modules: Path | None, output: Path) -> dict[str, dict[str, dict]]:
-    """{package: {role: {"url", "integrity"}}}; with offline assets, the files copied into `output` and checked."""
-    assets, urls = pinned_assets(), {}
+def _offline_assets(node_modules: Path | None) -> dict[str, dict[str, Path]]:
+    """{package: {role: the file in `node_modules`}}, each checked against its pinned hash: the files
+    `--offline-assets` copies into the page."""
     node_modules = Path(node_modules) if node_modules else default_node_modules()
-    for package, pinned in assets.items():
+    sources: dict[str, dict[str, Path]] = {}
+    for package, pinned in pinned_assets().items():
+        sources[package] = {}
+        for role in ("module", "wasm"):
+            if role not in pinned:
+                continue
+            path = pinned[role]["path"]
+            source = node_modules / package / path
+            if not source.is_file():
+                raise FileNotFoundError(
+                    f"--offline-assets copies the page's JavaScript from {node_modules}, which lacks "
+                    f"{package}/{path}: run `npm ci` in the repository (package-lock.json), or pass "
+                    "--node-modules DIR"
+                )
+            if integrity(source.read_bytes()) != pinned[role]["integrity"]:
+                raise ValueError(
+                    f"{source} is not {package} {pinned['version']} as package-lock.json pins it (its hash "
+                    "differs): run `npm ci` in the repository"
+                )
+            sources[package][role] = source
+    return sources
+
+
+def _asset_urls(offline: dict[str, dict[str, Path]] | None, output: Path) -> dict[str, dict[str, dict]]:
+    """{package: {role: {"url", "integrity"}}}: the CDN's, or with `offline` assets (`_offline_assets`) the files
+    copied into `output`."""
+    urls = {}
+    for package, pinned in pinned_assets().items():
         urls[package] = {}
         for role in ("module", "wasm"):
             if role not in pinned:
                 continue
-            path, expected = pinned[role]["path"], pinned[role]["integrity"]
-            if not offline_assets:
-                urls[package][role] = {"url": CDN.format(package=package, version=pinned["version"], path=path)}
+            path = pinned[role]["path"]
+            if offline is None:
+                url = CDN.format(package=package, version=pinned["version"], path=path)
             else:
-                source = node_modules / package / path
-                if not source.is_file():
-                    raise FileNotFoundError(
-                        f"--offline-assets copies the page's JavaScript from {node_modules}, which lacks "
-                        f"{package}/{path}: run `npm ci` in the repository (package-lock.json), or pass "
-                        "--node-modules DIR"
-                    )
-                if integrity(source.read_bytes()) != expected:
-                    raise ValueError(
-                        f"{source} is not {package} {pinned['version']} as package-lock.json pins it (its hash "
-                        "differs): run `npm ci` in the repository"
-                    )
                 target = output / ASSETS_FOLDER / package.replace("/", "-") / Path(path).name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-                urls[package][role] = {"url": "./" + target.relative_to(output).as_posix()}
-            urls[package][role]["integrity"] = expected
+                shutil.copyfile(offline[package][role], target)
+                url = "./" + target.relative_to(output).as_posix()
+            urls[package][role] = {"url": url, "integrity": pinned[role]["integrity"]}
     return urls
 
 
@@ -131,23 +147,33 @@ def export_web(
     `export onnx` wrote) into `output`; returns `output`."""
     model, output = Path(model), Path(output)
     check_output_folder(output, model, "model", force)
-    exported = all((model / name).is_file() for name in PAGE_MODEL_FILES)
+    check_quantization(quantize)
+    exported = export_engine(model) == "onnx"
     if exported and quantize:
         raise ValueError(f"{model} is an ONNX export already: its precision is its own (no --quantize)")
     if not exported and not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model} is neither a model folder nor an ONNX export (`export onnx` writes one)")
     check_page_can_decode(model)
+    # every refusal before the first file is written (or --force deletes one): the offline assets' hashes, the
+    # export's files, the model's loading
+    assets = _offline_assets(node_modules) if offline_assets else None
+    if exported:
+        missing = [name for name in (*PAGE_MODEL_FILES, *PAGE_CONFIG_FILES) if not (model / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"the ONNX export {model} lacks {', '.join(missing)}, which the page reads")
+    else:
+        exportable = load_exportable(model)
     if output.exists() and force:
         shutil.rmtree(output)
-    output.mkdir(parents=True, exist_ok=True)  # an empty folder given, or left by an export that failed
+    output.mkdir(parents=True, exist_ok=True)  # an empty folder given
     if exported:
         (output / MODEL_FOLDER).mkdir()
-        for name in (*PAGE_MODEL_FILES, "config.json", "generation_config.json", EXPORT_INFO_FILE, "README.md"):
+        for name in (*PAGE_MODEL_FILES, *PAGE_CONFIG_FILES, EXPORT_INFO_FILE, "README.md"):
             if (model / name).is_file():
                 shutil.copyfile(model / name, output / MODEL_FOLDER / name)
     else:
-        export_onnx(model, output / MODEL_FOLDER, quantize)
-    urls = _asset_urls(offline_assets, node_modules, output)
+        write_onnx_export(*exportable, model, output / MODEL_FOLDER, quantize)
+    urls = _asset_urls(assets, output)
     folder = output / MODEL_FOLDER
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
