@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from helpers import NUMBER_SPLITS, error_line, tiny_config, tokenizer_ids
+from helpers import NUMBER_SPLITS, error_line, tiny_config, tokenizer_ids, truncate
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE
+from vanilla_transformer.common.onnx_files import ONNX_FILES
 from vanilla_transformer.export import export_onnx, unsupported_onnx_switches
 from vanilla_transformer.inference import load_for_translation, load_onnx, translate
 from vanilla_transformer.tokenization import train_tokenizer
@@ -360,3 +361,50 @@ def test_an_export_where_it_does_not_belong_is_named_with_what_to_pass_and_nothi
     assert said == f"vanilla-transformer {argv[0]}: error: {expected} (--debug shows the traceback)"
     assert not (tmp_path / "out").exists()
     assert file_sizes(export) == before
+
+
+def older_export(exported: Path, folder: Path) -> Path:
+    """A copy of `exported` as an export from before the sizes were recorded: its manifest lists the files' names."""
+    older = Path(shutil.copytree(exported, folder))
+    info = json.loads((older / "onnx_export.json").read_text())
+    (older / "onnx_export.json").write_text(json.dumps({**info, "files": list(info["files"])}))
+    return older
+
+
+@pytest.mark.parametrize("manifest", ["sizes", "older"], ids=["sizes-recorded", "older-export"])
+@pytest.mark.parametrize(
+    "argv",
+    [["translate", "--engine", "onnx", "--model", "{export}", *TRANSLATE]],
+    ids=["translate"],
+)
+def test_an_onnx_weights_file_cut_short_is_named_with_its_size_and_nothing_is_written(
+    exported, tmp_path, capsys, manifest, argv
+):
+    """An interrupted copy: ONNX Runtime would name a graph and an initializer's offset. An export from before the
+    sizes were recorded is checked against the offsets its graphs read."""
+    info = json.loads((exported / "onnx_export.json").read_text())
+    assert info["files"] == {name: size for name, size in file_sizes(exported).items() if name in ONNX_FILES}
+    copy = older_export if manifest == "older" else shutil.copytree
+    damaged = Path(copy(exported, tmp_path / "damaged"))
+    weights = damaged / ONNX_WEIGHTS_FILE
+    full = weights.stat().st_size
+    truncate(weights)
+    (tmp_path / "in.txt").write_text(HELD_OUT[0] + "\n")
+    argv = [argument.replace("{export}", str(damaged)).replace("{tmp}", str(tmp_path)) for argument in argv]
+    capsys.readouterr()
+    assert main(argv) == 2
+    expected = "and the export wrote" if manifest == "sizes" else "and decoder_model.onnx reads up to byte"
+    assert error_line(capsys, argv[0]) == (
+        f"vanilla-transformer {argv[0]}: error: {weights} is corrupt or truncated (it holds {full // 2:,} bytes, "
+        f"{expected} {full:,}): copy the export again, or write it again with vanilla-transformer export onnx FOLDER "
+        "OUTPUT (--debug shows the traceback)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_export_from_before_the_sizes_were_recorded_still_translates(exported, tmp_path):
+    older = older_export(exported, tmp_path / "older")
+    engine, tokenizer = load_onnx(exported)
+    expected = translate(engine, tokenizer, HELD_OUT[:2], num_beams=1, max_new_tokens=24)
+    engine, tokenizer = load_onnx(older)
+    assert translate(engine, tokenizer, HELD_OUT[:2], num_beams=1, max_new_tokens=24) == expected

@@ -18,20 +18,19 @@ from pathlib import Path
 
 from ..common.extras import import_onnx_exporter
 from ..common.model_folder import (
-    ONNX_GRAPH_FILES,
     ONNX_WEIGHTS_FILE,
     check_output_folder,
     load_config,
     load_model_folder,
     load_tokenizer,
 )
+from ..common.onnx_files import EXPORT_INFO_FILE, onnx_file_sizes
 from ..lexical_shortlist import SHORTLIST_FILE
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .onnx_graphs import OPSET, export_graphs
 from .onnx_weights import quantize_int8, write_sharing_weights
 
 QUANTIZATIONS = ("int8",)
-EXPORT_INFO_FILE = "onnx_export.json"
 
 
 def unsupported_onnx_switches(config) -> list[str]:
@@ -103,7 +102,8 @@ def write_onnx_export(
     config.pop("auto_map", None)  # no code files travel with an export: the package registers the model type
     config.pop("_attn_implementation_autoset", None)
     (output / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    info = {"quantization": quantize or "float32", "opset": OPSET, "files": [*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE]}
+    # each file's size, checked before the export is loaded or copied into a page: a copy cut short is named
+    info = {"quantization": quantize or "float32", "opset": OPSET, "files": onnx_file_sizes(output)}
     (output / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     for name in ("README.md", SHORTLIST_FILE):  # the card says what the model translates
         if (Path(folder) / name).is_file():
@@ -129,7 +129,7 @@ def add_onnx_format(formats) -> None:
 
 def _run_export_onnx(args) -> int:
     output = export_onnx(args.folder, args.output, args.quantize, args.force)
-    size = sum(path.stat().st_size for path in output.iterdir() if path.name in (*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE))
+    size = sum(onnx_file_sizes(output).values())
     print(f"wrote {output} (ONNX, {args.quantize or 'float32'}, {size / 2**20:.1f} MiB of graphs and weights)")
     return 0
 

@@ -23,7 +23,8 @@ from transformers import GenerationConfig
 
 from ..common.languages import declared_languages
 from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder, export_engine
-from ..export.onnx_export import EXPORT_INFO_FILE, check_quantization, load_exportable, write_onnx_export
+from ..common.onnx_files import EXPORT_INFO_FILE
+from ..export.onnx_export import check_quantization, load_exportable, write_onnx_export
 from ..inference.onnx_engine import PLAIN_GREEDY_SETTINGS
 
 CDN = "https://cdn.jsdelivr.net/npm/{package}@{version}/{path}"
