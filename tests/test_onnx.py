@@ -374,14 +374,14 @@ def older_export(exported: Path, folder: Path) -> Path:
 @pytest.mark.parametrize("manifest", ["sizes", "older"], ids=["sizes-recorded", "older-export"])
 @pytest.mark.parametrize(
     "argv",
-    [["translate", "--engine", "onnx", "--model", "{export}", *TRANSLATE]],
-    ids=["translate"],
+    [["translate", "--engine", "onnx", "--model", "{export}", *TRANSLATE], ["export", "web", "{export}", "{tmp}/out"]],
+    ids=["translate", "export-web"],
 )
 def test_an_onnx_weights_file_cut_short_is_named_with_its_size_and_nothing_is_written(
     exported, tmp_path, capsys, manifest, argv
 ):
-    """An interrupted copy: ONNX Runtime would name a graph and an initializer's offset. An export from before the
-    sizes were recorded is checked against the offsets its graphs read."""
+    """An interrupted copy: ONNX Runtime would name a graph and an initializer's offset, and a page would fail in the
+    browser. An export from before the sizes were recorded is checked against the offsets its graphs read."""
     info = json.loads((exported / "onnx_export.json").read_text())
     assert info["files"] == {name: size for name, size in file_sizes(exported).items() if name in ONNX_FILES}
     copy = older_export if manifest == "older" else shutil.copytree

@@ -23,7 +23,7 @@ from transformers import GenerationConfig
 
 from ..common.languages import declared_languages
 from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder, export_engine
-from ..common.onnx_files import EXPORT_INFO_FILE
+from ..common.onnx_files import EXPORT_INFO_FILE, check_onnx_files
 from ..export.onnx_export import check_quantization, load_exportable, write_onnx_export
 from ..inference.onnx_engine import PLAIN_GREEDY_SETTINGS
 
@@ -159,6 +159,7 @@ def export_web(
     # export's files, the model's loading
     assets = _offline_assets(node_modules) if offline_assets else None
     if exported:
+        check_onnx_files(model)  # a file cut short would fail in the visitor's browser, far from its cause
         missing = [name for name in (*PAGE_MODEL_FILES, *PAGE_CONFIG_FILES) if not (model / name).is_file()]
         if missing:
             raise FileNotFoundError(f"the ONNX export {model} lacks {', '.join(missing)}, which the page reads")
