@@ -21,7 +21,7 @@ from pathlib import Path
 
 from transformers import GenerationConfig
 
-from ..common.languages import declared_languages
+from ..common.languages import declared_languages, language_name
 from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder, export_engine
 from ..common.onnx_files import EXPORT_INFO_FILE, check_onnx_files
 from ..export.onnx_export import check_quantization, load_exportable, write_onnx_export
@@ -114,6 +114,14 @@ def _first_example(folder: Path) -> str:
     return next((text for text in examples if isinstance(text, str)), "")
 
 
+def _languages(declared: tuple[str, str] | None, language: str | None) -> str:
+    """What the page says the model translates, by the languages' names as the model card gives them (" English to
+    German"; a code where the name is unknown), else the source language given (" from German"), else nothing."""
+    if declared:
+        return f" {language_name(declared[0])} to {language_name(declared[1])}"
+    return f" from {language_name(language)}" if language else ""
+
+
 def check_page_can_decode(model: Path) -> None:
     """The page reads the tokenizer from tokenizer.json and decodes greedily as generate() does under the generation
     settings of the ONNX engine's own loop (its beam and sampling settings aside: the page decodes greedily); a folder
@@ -182,6 +190,7 @@ def export_web(
     example = _first_example(folder)
     # sentencex's rules for the source language the model declares, as serve takes them (else its generic rules)
     declared = declared_languages(str(folder), None)
+    described = _languages(declared[0] if declared else None, language)
     language = language or (declared[0][0] if declared else "en")
     title = title or f"{model.resolve().name}: translate in your browser"
     # a learned position table has no row past its last: no input, and no output, longer than it
@@ -206,8 +215,8 @@ def export_web(
     static = resources.files(__package__).joinpath("static")
     (output / "translator.js").write_text(static.joinpath("translator.js").read_text(encoding="utf-8"))
     description = (
-        f"The model translates from {language} here, in this browser (ONNX Runtime, WebAssembly): the text you type "
-        "is not sent anywhere."
+        f"The model translates{described} here, in this browser (ONNX Runtime, WebAssembly): the text you type is not "
+        "sent anywhere."
     )
     index = static.joinpath("index.html").read_text(encoding="utf-8")
     (output / "index.html").write_text(
