@@ -18,8 +18,10 @@ from vanilla_transformer.cli import main
 from vanilla_transformer.common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE
 from vanilla_transformer.common.onnx_files import ONNX_FILES
 from vanilla_transformer.export import export_onnx, unsupported_onnx_switches
+from vanilla_transformer.export.onnx_export import load_exportable
 from vanilla_transformer.inference import load_for_translation, load_onnx, translate
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.lexical_shortlist import SHORTLIST_FILE, LexicalShortlist
+from vanilla_transformer.tokenization import tokenizer_identity, train_tokenizer
 
 pytest.importorskip("onnxruntime", reason='the ONNX engine is optional: pip install ".[onnx]"')
 pytest.importorskip("onnxscript", reason='the ONNX export is optional: pip install ".[onnx]"')
@@ -408,3 +410,29 @@ def test_an_export_from_before_the_sizes_were_recorded_still_translates(exported
     expected = translate(engine, tokenizer, HELD_OUT[:2], num_beams=1, max_new_tokens=24)
     engine, tokenizer = load_onnx(older)
     assert translate(engine, tokenizer, HELD_OUT[:2], num_beams=1, max_new_tokens=24) == expected
+
+
+def test_a_shortlist_of_another_tokenizer_stops_the_export_by_name(trained_folder, tokenizer, tmp_path, capsys):
+    """The export carries the folder's shortlist: one built with another tokenizer would travel with it unnoticed
+    (`export ctranslate2` refused it already)."""
+    folder = Path(shutil.copytree(trained_folder, tmp_path / "model"))
+    size = len(tokenizer)
+
+    def write_shortlist(identity: str) -> None:
+        candidates = torch.full((size, 2), -1, dtype=torch.int32)
+        always = torch.tensor([0, 1, 2], dtype=torch.int32)
+        LexicalShortlist(candidates, always, {"target_vocab_size": size, "tokenizer": identity}).save(
+            folder / SHORTLIST_FILE
+        )
+
+    write_shortlist(tokenizer_identity(tokenizer))
+    load_exportable(folder)  # its own tokenizer's: taken
+    write_shortlist("another:0")
+    capsys.readouterr()
+    assert main(["export", "onnx", str(folder), str(tmp_path / "onnx")]) == 2
+    assert error_line(capsys, "export") == (
+        f"vanilla-transformer export: error: {folder / SHORTLIST_FILE}: the shortlist was built for tokenizer "
+        f"another:0, and the model {folder} has tokenizer {tokenizer_identity(tokenizer)}: build it again for this "
+        "model (vanilla-transformer shortlist) (--debug shows the traceback)"
+    )
+    assert not (tmp_path / "onnx").exists()

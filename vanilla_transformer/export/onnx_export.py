@@ -27,6 +27,7 @@ from ..common.model_folder import (
 from ..common.onnx_files import EXPORT_INFO_FILE, onnx_file_sizes
 from ..lexical_shortlist import SHORTLIST_FILE
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .folder_shortlist import folder_shortlist
 from .onnx_graphs import OPSET, export_graphs
 from .onnx_weights import quantize_int8, write_sharing_weights
 
@@ -71,8 +72,10 @@ def load_exportable(folder: str | Path):
     """The model of `folder` (eager attention: see onnx_graphs.py) and its tokenizer, once every check that refuses
     a folder has passed: a caller that has written nothing yet refuses it with nothing to undo."""
     import_onnx_exporter()
-    check_expressible(load_config(folder))  # the switches first: a refusal should not wait for the weights
+    config = load_config(folder)
+    check_expressible(config)  # the switches first: a refusal should not wait for the weights
     tokenizer = load_tokenizer(folder, described_as="model")
+    folder_shortlist(folder, config, tokenizer)  # the export carries it: not one of another tokenizer
     model = load_model_folder(folder, attn_implementation="eager").eval()
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         raise ValueError(f"{folder} holds a {type(model).__name__}; the ONNX export takes a translation model")
