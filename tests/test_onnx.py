@@ -345,6 +345,10 @@ NOT_A_MODEL_FOLDER = {
                      id="export-ctranslate2-onnx"),
         pytest.param("ctranslate2", ["export", "web", "{export}", "{tmp}/out"], NOT_A_MODEL_FOLDER["ctranslate2"],
                      id="export-web-ctranslate2"),
+        pytest.param("onnx", ["push", "{export}", "--repo-id", "me/numbers"], NOT_A_MODEL_FOLDER["onnx"],
+                     id="push-onnx"),
+        pytest.param("ctranslate2", ["push", "{export}", "--repo-id", "me/numbers", "--dry-run"],
+                     NOT_A_MODEL_FOLDER["ctranslate2"], id="push-dry-run-ctranslate2"),
     ],
 )  # fmt: skip
 def test_an_export_where_it_does_not_belong_is_named_with_what_to_pass_and_nothing_is_written(
