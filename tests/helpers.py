@@ -1,7 +1,7 @@
 """What several test files share: the tiny vocabulary and its special ids, the architecture switch combinations, tiny
 configs and models, random token ids, the eager-versus-sdpa comparison, running a script in a fresh Python
-process where our package cannot be imported, a folder served on localhost and headless Chromium. Fixtures live in
-conftest.py; this module holds plain code."""
+process where our package cannot be imported, a folder served on localhost and headless Chromium, a file cut short
+and the one line of a command's error. Fixtures live in conftest.py; this module holds plain code."""
 
 import copy
 import gzip
@@ -372,3 +372,17 @@ def headless_chromium(window_size: str = "1280,900", network_log: bool = False):
     if network_log:
         options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     return webdriver.Chrome(service=Service(programs["chromedriver"]), options=options)
+
+
+def truncate(path: Path) -> None:
+    """Cut a file to half its size, as an interrupted copy or download leaves it."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def error_line(capsys, command: str) -> str:
+    """The one line a user error prints, checked to start as every command's does."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"vanilla-transformer {command}: error: "), lines[0]
+    return lines[0]

@@ -31,11 +31,13 @@ from helpers import (
     QUIET_THREADS,
     TINY_TRAINING_MODEL,
     VOCAB,
+    error_line,
     random_tokens,
     tiny_arguments,
     tiny_config,
     tiny_model,
     tiny_train_flags,
+    truncate,
     write_jsonl,
     write_lines,
 )
@@ -321,11 +323,6 @@ def cached_repo(hub_unreachable, saved_folder):
     return REPO_ID
 
 
-def truncate(path):
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-
-
 def assert_fast(started: float) -> None:
     assert time.monotonic() - started < FAST
 
@@ -529,6 +526,21 @@ def test_plot_names_the_corrupt_weights_and_the_missing_tokenizer(folder, tmp_pa
     assert error.count("\n") == 1 and f"{folder / 'model.safetensors'} is corrupt or truncated" in error
 
 
+# --- export web: refused before anything is written ---
+
+
+def test_export_web_refuses_missing_offline_assets_before_it_exports_the_model(saved_folder, tmp_path, capsys):
+    output, nowhere = tmp_path / "page", tmp_path / "nowhere"
+    argv = ["export", "web", str(saved_folder), str(output), "--offline-assets", "--node-modules", str(nowhere)]
+    assert main(argv) == 2
+    assert error_line(capsys, "export") == (
+        f"vanilla-transformer export: error: --offline-assets copies the page's JavaScript from {nowhere}, which lacks "
+        "onnxruntime-web/dist/ort.wasm.bundle.min.mjs: run `npm ci` in the repository (package-lock.json), or pass "
+        "--node-modules DIR (--debug shows the traceback)"
+    )
+    assert not output.exists()
+
+
 # --- the command line: one line on stderr, exit code 2 ---
 
 
@@ -650,14 +662,6 @@ def test_a_csv_row_with_an_unquoted_comma_is_an_error_naming_the_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- the command line
-
-
-def error_line(capsys, command: str) -> str:
-    """The one line a user error prints, checked to start as every command's does."""
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith(f"vanilla-transformer {command}: error: "), lines[0]
-    return lines[0]
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 ONNX Runtime's logits are the model's, its greedy and beam translations generate()'s, int8 stays within a stated
 BLEU; every switch an ONNX graph can express exports exactly, the one it cannot is refused by name; the commands."""
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -10,14 +11,17 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from helpers import NUMBER_SPLITS, tiny_config, tokenizer_ids
+from helpers import NUMBER_SPLITS, error_line, tiny_config, tokenizer_ids, truncate
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE
+from vanilla_transformer.common.onnx_files import ONNX_FILES
 from vanilla_transformer.export import export_onnx, unsupported_onnx_switches
+from vanilla_transformer.export.onnx_export import load_exportable
 from vanilla_transformer.inference import load_for_translation, load_onnx, translate
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.lexical_shortlist import SHORTLIST_FILE, LexicalShortlist
+from vanilla_transformer.tokenization import tokenizer_identity, train_tokenizer
 
 pytest.importorskip("onnxruntime", reason='the ONNX engine is optional: pip install ".[onnx]"')
 pytest.importorskip("onnxscript", reason='the ONNX export is optional: pip install ".[onnx]"')
@@ -286,3 +290,153 @@ def test_without_onnxruntime_each_command_names_the_extra_in_one_line(exported, 
         error = capsys.readouterr().err.strip()
         assert error.endswith('pip install "vanilla-transformer[onnx]" (--debug shows the traceback)'), error
         assert len(error.splitlines()) == 1
+
+
+# --- an export where a model folder or another engine's export is expected; an export's file cut short ---
+
+
+@pytest.fixture(scope="module")
+def exports(trained_folder, exported, tmp_path_factory) -> dict[str, Path]:
+    """The trained folder's exports by the engine that runs each (CTranslate2's where it is installed)."""
+    written = {"onnx": exported}
+    if importlib.util.find_spec("ctranslate2") is not None:
+        from vanilla_transformer.export import export_ctranslate2
+
+        written["ctranslate2"] = export_ctranslate2(trained_folder, tmp_path_factory.mktemp("ct2") / "ct2")
+    return written
+
+
+def file_sizes(folder: Path) -> dict[str, int]:
+    return {path.name: path.stat().st_size for path in folder.iterdir()}
+
+
+TRANSLATE = ["--input", "{tmp}/in.txt", "--output", "{tmp}/out"]
+EXPORT_KINDS = {"onnx": "an ONNX export", "ctranslate2": "a CTranslate2 export"}
+PASS_ENGINE = {
+    engine: "--model {export} is " + f"{kind} (`export {engine}` wrote it): pass --engine {engine}"
+    for engine, kind in EXPORT_KINDS.items()
+}
+NOT_A_MODEL_FOLDER = {
+    engine: "{export} is " + f"{kind} (`export {engine}` wrote it), not a model folder: give the trained model folder "
+    "it was exported from"
+    for engine, kind in EXPORT_KINDS.items()
+}
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv", "message"),
+    [
+        pytest.param("onnx", ["translate", "--model", "{export}", *TRANSLATE], PASS_ENGINE["onnx"],
+                     id="translate-onnx"),
+        pytest.param("ctranslate2", ["translate", "--model", "{export}", *TRANSLATE], PASS_ENGINE["ctranslate2"],
+                     id="translate-ctranslate2"),
+        pytest.param("onnx", ["translate", "--engine", "ctranslate2", "--model", "{export}", *TRANSLATE],
+                     PASS_ENGINE["onnx"], id="translate-engine-ctranslate2-onnx"),
+        pytest.param("ctranslate2", ["translate", "--engine", "onnx", "--model", "{export}", *TRANSLATE],
+                     PASS_ENGINE["ctranslate2"], id="translate-engine-onnx-ctranslate2"),
+        pytest.param("onnx", ["translate-corpus", "--model", "{export}", "--output_dir", "{tmp}/out", "--dataset",
+                              "{tmp}", "--source_lang", "de", "--target_lang", "en"],
+                     PASS_ENGINE["onnx"], id="translate-corpus-onnx"),
+        pytest.param("onnx", ["export", "onnx", "{export}", "{tmp}/out", "--quantize", "int8"],
+                     NOT_A_MODEL_FOLDER["onnx"], id="export-onnx-onnx"),
+        pytest.param("ctranslate2", ["export", "onnx", "{export}", "{tmp}/out"], NOT_A_MODEL_FOLDER["ctranslate2"],
+                     id="export-onnx-ctranslate2"),
+        pytest.param("onnx", ["export", "ctranslate2", "{export}", "{tmp}/out"], NOT_A_MODEL_FOLDER["onnx"],
+                     id="export-ctranslate2-onnx"),
+        pytest.param("ctranslate2", ["export", "web", "{export}", "{tmp}/out"], NOT_A_MODEL_FOLDER["ctranslate2"],
+                     id="export-web-ctranslate2"),
+        pytest.param("onnx", ["push", "{export}", "--repo-id", "me/numbers"], NOT_A_MODEL_FOLDER["onnx"],
+                     id="push-onnx"),
+        pytest.param("ctranslate2", ["push", "{export}", "--repo-id", "me/numbers", "--dry-run"],
+                     NOT_A_MODEL_FOLDER["ctranslate2"], id="push-dry-run-ctranslate2"),
+    ],
+)  # fmt: skip
+def test_an_export_where_it_does_not_belong_is_named_with_what_to_pass_and_nothing_is_written(
+    exports, tmp_path, capsys, engine, argv, message
+):
+    if engine not in exports:
+        pytest.skip('CTranslate2 is optional: pip install ".[ct2]"')
+    export = exports[engine]
+    before = file_sizes(export)
+    (tmp_path / "in.txt").write_text(HELD_OUT[0] + "\n")
+    argv = [argument.replace("{export}", str(export)).replace("{tmp}", str(tmp_path)) for argument in argv]
+    capsys.readouterr()
+    assert main(argv) == 2
+    expected = message.replace("{export}", str(export))
+    said = error_line(capsys, argv[0])
+    assert said == f"vanilla-transformer {argv[0]}: error: {expected} (--debug shows the traceback)"
+    assert not (tmp_path / "out").exists()
+    assert file_sizes(export) == before
+
+
+def older_export(exported: Path, folder: Path) -> Path:
+    """A copy of `exported` as an export from before the sizes were recorded: its manifest lists the files' names."""
+    older = Path(shutil.copytree(exported, folder))
+    info = json.loads((older / "onnx_export.json").read_text())
+    (older / "onnx_export.json").write_text(json.dumps({**info, "files": list(info["files"])}))
+    return older
+
+
+@pytest.mark.parametrize("manifest", ["sizes", "older"], ids=["sizes-recorded", "older-export"])
+@pytest.mark.parametrize(
+    "argv",
+    [["translate", "--engine", "onnx", "--model", "{export}", *TRANSLATE], ["export", "web", "{export}", "{tmp}/out"]],
+    ids=["translate", "export-web"],
+)
+def test_an_onnx_weights_file_cut_short_is_named_with_its_size_and_nothing_is_written(
+    exported, tmp_path, capsys, manifest, argv
+):
+    """An interrupted copy: ONNX Runtime would name a graph and an initializer's offset, and a page would fail in the
+    browser. An export from before the sizes were recorded is checked against the offsets its graphs read."""
+    info = json.loads((exported / "onnx_export.json").read_text())
+    assert info["files"] == {name: size for name, size in file_sizes(exported).items() if name in ONNX_FILES}
+    copy = older_export if manifest == "older" else shutil.copytree
+    damaged = Path(copy(exported, tmp_path / "damaged"))
+    weights = damaged / ONNX_WEIGHTS_FILE
+    full = weights.stat().st_size
+    truncate(weights)
+    (tmp_path / "in.txt").write_text(HELD_OUT[0] + "\n")
+    argv = [argument.replace("{export}", str(damaged)).replace("{tmp}", str(tmp_path)) for argument in argv]
+    capsys.readouterr()
+    assert main(argv) == 2
+    expected = "and the export wrote" if manifest == "sizes" else "and decoder_model.onnx reads up to byte"
+    assert error_line(capsys, argv[0]) == (
+        f"vanilla-transformer {argv[0]}: error: {weights} is corrupt or truncated (it holds {full // 2:,} bytes, "
+        f"{expected} {full:,}): copy the export again, or write it again with vanilla-transformer export onnx FOLDER "
+        "OUTPUT (--debug shows the traceback)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_export_from_before_the_sizes_were_recorded_still_translates(exported, tmp_path):
+    older = older_export(exported, tmp_path / "older")
+    engine, tokenizer = load_onnx(exported)
+    expected = translate(engine, tokenizer, HELD_OUT[:2], num_beams=1, max_new_tokens=24)
+    engine, tokenizer = load_onnx(older)
+    assert translate(engine, tokenizer, HELD_OUT[:2], num_beams=1, max_new_tokens=24) == expected
+
+
+def test_a_shortlist_of_another_tokenizer_stops_the_export_by_name(trained_folder, tokenizer, tmp_path, capsys):
+    """The export carries the folder's shortlist: one built with another tokenizer would travel with it unnoticed
+    (`export ctranslate2` refused it already)."""
+    folder = Path(shutil.copytree(trained_folder, tmp_path / "model"))
+    size = len(tokenizer)
+
+    def write_shortlist(identity: str) -> None:
+        candidates = torch.full((size, 2), -1, dtype=torch.int32)
+        always = torch.tensor([0, 1, 2], dtype=torch.int32)
+        LexicalShortlist(candidates, always, {"target_vocab_size": size, "tokenizer": identity}).save(
+            folder / SHORTLIST_FILE
+        )
+
+    write_shortlist(tokenizer_identity(tokenizer))
+    load_exportable(folder)  # its own tokenizer's: taken
+    write_shortlist("another:0")
+    capsys.readouterr()
+    assert main(["export", "onnx", str(folder), str(tmp_path / "onnx")]) == 2
+    assert error_line(capsys, "export") == (
+        f"vanilla-transformer export: error: {folder / SHORTLIST_FILE}: the shortlist was built for tokenizer "
+        f"another:0, and the model {folder} has tokenizer {tokenizer_identity(tokenizer)}: build it again for this "
+        "model (vanilla-transformer shortlist) (--debug shows the traceback)"
+    )
+    assert not (tmp_path / "onnx").exists()

@@ -146,6 +146,20 @@ def test_the_page_loads_its_packages_from_a_cdn_with_integrity_hashes_unless_off
         export_web(page / "model", tmp_path / "again", quantize="int8")
 
 
+def test_the_page_names_the_cards_languages_and_their_codes_where_it_has_no_names(page, tmp_path):
+    def note(site: Path) -> str:
+        return (site / "index.html").read_text().split('<p class="note">')[1].split("</p>")[0]
+
+    said = "here, in this browser (ONNX Runtime, WebAssembly): the text you type is not sent anywhere."
+    assert note(page) == f"The model translates English to German {said}"
+    assert json.loads((page / "translator.json").read_text())["language"] == "en"  # sentencex's rules
+    export = Path(shutil.copytree(page / "model", tmp_path / "model"))
+    (export / "README.md").write_text("---\nlanguage: [gsw, de-CH]\n---\n# Swiss German\n")
+    assert note(export_web(export, tmp_path / "codes")) == f"The model translates gsw to German {said}"
+    (export / "README.md").unlink()
+    assert note(export_web(export, tmp_path / "no-card")) == f"The model translates {said}"
+
+
 def requested_urls(driver) -> list[str]:
     """Every URL the browser asked for, from its DevTools network log."""
     urls = []

@@ -1,5 +1,6 @@
 """What a model says it translates, checked against a corpus before hours go into the wrong way: translating it
-(`translate-corpus`), or building the model's shortlist from it (`shortlist`)."""
+(`translate-corpus`), or building the model's shortlist from it (`shortlist`); and the languages' names, as the model
+card and the browser page say them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,18 @@ import yaml
 
 # ISO 639 codes of many languages (opus-mt's multilingual models): no one language to compare
 GROUP_CODES = {"mul", "und", "mis", "zxx"}
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
+    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
+    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish",
+    "uk": "Ukrainian", "zh": "Chinese",
+}  # fmt: skip
+
+
+def language_name(code: str) -> str:
+    """The English name of the language `code` names ("de", "de_AT" and "de-AT": German); the code itself where
+    `LANGUAGE_NAMES` has none."""
+    return LANGUAGE_NAMES.get(_primary(code), code)
 
 
 def declared_languages(model: str, tokenizer) -> tuple[tuple[str, str], str] | None:

@@ -1,7 +1,8 @@
 """A model folder: the names of its files; loading a saved model, its config or its tokenizer from a local folder or
 a Hub repo id, with errors that name the culprit: the missing or corrupt file of a local folder, or the repo id when
 the Hub cannot be reached (at once, instead of after a minute of retries; a repo in the local cache still loads);
-and the checks of a folder a command writes into.
+and the checks of a folder a command writes into. An export for another engine (ONNX, CTranslate2) given where a
+model folder is expected is named as such, not as a folder missing its weights.
 
 transformers' own messages for these cases name no file (a truncated model.safetensors is a bare SafetensorError,
 a folder without a tokenizer asks to install sentencepiece), so a local folder is checked before it is loaded.
@@ -53,6 +54,10 @@ ONNX_DECODER_FILE = "decoder_model.onnx"
 ONNX_DECODER_WITH_PAST_FILE = "decoder_with_past_model.onnx"
 ONNX_GRAPH_FILES = (ONNX_ENCODER_FILE, ONNX_DECODER_FILE, ONNX_DECODER_WITH_PAST_FILE)
 ONNX_WEIGHTS_FILE = "model.onnx_data"
+# a CTranslate2 model (`export ctranslate2`, or CTranslate2's own converters): its weights, in its own format
+CTRANSLATE2_WEIGHTS_FILE = "model.bin"
+# what each engine's export is called; `export ENGINE` writes it
+EXPORTS = {"onnx": "an ONNX export", "ctranslate2": "a CTranslate2 export"}
 _TOKENIZER_JSON_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 _SAVE_MODEL_AGAIN = "save the model again or download it again"
 _SAVE_TOKENIZER_AGAIN = "save the tokenizer again (tokenizer.save_pretrained) or download it again"
@@ -60,6 +65,17 @@ _SAVE_TOKENIZER_AGAIN = "save the tokenizer again (tokenizer.save_pretrained) or
 
 class MissingTokenizerError(FileNotFoundError):
     """A folder without any tokenizer file."""
+
+
+class ExportGivenError(ValueError):
+    """An engine's export (`EXPORTS`) where a model folder, with the weights PyTorch loads, is expected."""
+
+    def __init__(self, folder: str | os.PathLike, engine: str):
+        self.folder, self.engine = folder, engine
+        super().__init__(
+            f"{folder} is {EXPORTS[engine]} (`export {engine}` wrote it), not a model folder: give the trained model "
+            "folder it was exported from"
+        )
 
 
 def load_model_folder(
@@ -75,6 +91,7 @@ def load_model_folder(
             remedy = "download it again with from_pretrained(..., force_download=True)"
             culprit = f"a weights file of {name_or_path} in the Hub cache"
             raise CorruptFileError(culprit, f"{error.culprit}: {error.reason}", remedy) from error
+    check_not_an_export(folder)
     check_config_file(folder)
     check_weight_files(folder)
     return model_class.from_pretrained(folder, **kwargs)
@@ -85,6 +102,7 @@ def load_config(name_or_path: str | os.PathLike, **kwargs) -> PretrainedConfig:
     folder = _local_folder(name_or_path, "model")
     if folder is None:
         return from_pretrained_or_cache(AutoConfig, str(name_or_path), "model", **kwargs)
+    check_not_an_export(folder)
     check_config_file(folder)
     return AutoConfig.from_pretrained(folder, **kwargs)
 
@@ -128,6 +146,34 @@ def _is_hub_id(name: str) -> bool:
     return HUB_ID.fullmatch(name) is not None
 
 
+def export_engine(folder: str | os.PathLike) -> str | None:
+    """The engine whose export the local folder `folder` is ("onnx", "ctranslate2"); None for a model folder (weights
+    PyTorch loads, whatever else lies beside them), a Hub repo id or a folder of neither kind."""
+    folder = Path(folder)
+    if not folder.is_dir() or _has_model_weights(folder):
+        return None
+    if any((folder / name).is_file() for name in ONNX_GRAPH_FILES):
+        return "onnx"
+    if (folder / CTRANSLATE2_WEIGHTS_FILE).is_file():
+        return "ctranslate2"
+    return None
+
+
+def check_not_an_export(folder: Path) -> None:
+    """A folder an export command wrote is refused as such: its config.json is CTranslate2's own or its weights are
+    not PyTorch's, and "no model.safetensors" would send the user to save a model into it."""
+    engine = export_engine(folder)
+    if engine is not None:
+        raise ExportGivenError(folder, engine)
+
+
+def _has_model_weights(folder: Path) -> bool:
+    return any(
+        (folder / name).is_file()
+        for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
+    )
+
+
 def check_config_file(folder: Path) -> None:
     """config.json is there and is JSON."""
     if not (folder / CONFIG_NAME).is_file():
@@ -135,7 +181,7 @@ def check_config_file(folder: Path) -> None:
             f"{folder} has no {CONFIG_NAME}, so it is no saved model folder: model.save_pretrained({str(folder)!r}) "
             "writes one"
         )
-    _read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
+    read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
 
 
 def check_weight_files(folder: Path, remedy: str = _SAVE_MODEL_AGAIN) -> None:
@@ -144,7 +190,7 @@ def check_weight_files(folder: Path, remedy: str = _SAVE_MODEL_AGAIN) -> None:
     `remedy` ends the message of a corrupt file."""
     index_file = folder / SAFE_WEIGHTS_INDEX_NAME
     if index_file.is_file():
-        index = _read_json(index_file, _SAVE_MODEL_AGAIN)
+        index = read_json(index_file, _SAVE_MODEL_AGAIN)
         try:
             shards = sorted(set(index["weight_map"].values()))
         except (KeyError, TypeError, AttributeError) as error:
@@ -188,9 +234,9 @@ def check_tokenizer_files(folder: Path) -> None:
             raise CorruptFileError(tokenizer_file, error, _SAVE_TOKENIZER_AGAIN) from error
     for name in _TOKENIZER_JSON_FILES:
         if (folder / name).is_file():
-            _read_json(folder / name, _SAVE_TOKENIZER_AGAIN)
+            read_json(folder / name, _SAVE_TOKENIZER_AGAIN)
     if (folder / CONFIG_NAME).is_file():  # AutoTokenizer reads it too, for the tokenizer class
-        _read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
+        read_json(folder / CONFIG_NAME, _SAVE_MODEL_AGAIN)
 
 
 def holds(folder: Path, source: str | Path) -> bool:
@@ -210,7 +256,7 @@ def check_output_folder(output: Path, source: str | Path, described_as: str, for
         raise FileExistsError(f"{output} is not empty: choose a new folder, or pass --force to replace it")
 
 
-def _read_json(path: Path, remedy: str) -> object:
+def read_json(path: Path, remedy: str) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
@@ -218,6 +264,8 @@ def _read_json(path: Path, remedy: str) -> object:
 
 
 __all__ = [
+    "CTRANSLATE2_WEIGHTS_FILE",
+    "EXPORTS",
     "HUB_ID",
     "MODEL_CONFIG_FILE",
     "ONNX_DECODER_FILE",
@@ -228,13 +276,17 @@ __all__ = [
     "TOKENIZER_FILE",
     "TOKENIZER_VOCABULARIES",
     "CorruptFileError",
+    "ExportGivenError",
     "MissingTokenizerError",
     "check_config_file",
+    "check_not_an_export",
     "check_output_folder",
     "check_tokenizer_files",
     "check_weight_files",
+    "export_engine",
     "holds",
     "load_config",
     "load_model_folder",
     "load_tokenizer",
+    "read_json",
 ]

@@ -4,7 +4,7 @@ have train's names and meanings, so that the corpus written is read by `train` w
 from dataclasses import dataclass, field
 
 from ..inference.quantization import QUANTIZATIONS
-from ..inference.translate import DTYPES, ENGINES, check_onnx_options
+from ..inference.translate import DTYPES, ENGINES, check_engine, check_onnx_options
 from ..training.arguments import check_at_least, check_positive
 
 ROLES = ("train", "validation", "test")
@@ -88,6 +88,7 @@ class CorpusTranslationArguments:
         for role in self.translate:
             if not self.split_names().get(role):
                 raise ValueError(f"translate names {role}, but {role}_split is empty: name the split to translate")
+        check_engine(self.model, self.engine)
         if self.engine == "onnx":
             check_onnx_options(self.quantize, self.dtype, self.device)
         if self.engine == "ctranslate2" and self.dtype is not None and self.quantize is not None:

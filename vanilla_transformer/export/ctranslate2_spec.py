@@ -21,7 +21,8 @@ from ..common.extras import import_ctranslate2
 from ..common.model_folder import MODEL_CONFIG_FILE, check_output_folder, load_config, load_model_folder, load_tokenizer
 from ..lexical_shortlist import SHORTLIST_FILE
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .ctranslate2_vmap import folder_shortlist, write_vocabulary_map
+from .ctranslate2_vmap import write_vocabulary_map
+from .folder_shortlist import folder_shortlist
 
 # Positions written for sinusoidal models: past every input `translate` accepts (1024 tokens) and its output
 POSITION_TABLE_ROWS = 2048
@@ -224,8 +225,10 @@ def export_ctranslate2(
         raise ValueError(f"quantization={quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     output = Path(output)
     check_output_folder(output, folder, "model", force)
-    check_expressible(load_config(folder))  # the switches first: a refusal should not wait for the weights
+    config = load_config(folder)
+    check_expressible(config)  # the switches first: a refusal should not wait for the weights
     tokenizer = load_tokenizer(folder, described_as="model")
+    shortlist = folder_shortlist(folder, config, tokenizer)
     model = load_model_folder(folder).eval()
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         raise ValueError(f"{folder} holds a {type(model).__name__}; CTranslate2 export takes a translation model")
@@ -235,7 +238,6 @@ def export_ctranslate2(
         def _load(self):
             return spec
 
-    shortlist = folder_shortlist(folder, model.config, tokenizer)
     if output.exists() and force:
         shutil.rmtree(output)
     with tempfile.TemporaryDirectory() as scratch:

@@ -6,19 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..lexical_shortlist import SHORTLIST_FILE, LexicalShortlist
-from ..tokenization import tokenizer_identity
-
-
-def folder_shortlist(folder, config, tokenizer) -> LexicalShortlist | None:
-    """The shortlist of a local model folder (None without one), checked against its model and tokenizer."""
-    path = Path(folder) / SHORTLIST_FILE
-    if not path.is_file():
-        return None
-    shortlist = LexicalShortlist.load(path)
-    shortlist.check_fits(config, where=f"the model {folder}")
-    shortlist.check_tokenizer(tokenizer_identity(tokenizer), f"the model {folder}")
-    return shortlist
+from ..lexical_shortlist import LexicalShortlist
 
 
 def write_vocabulary_map(shortlist: LexicalShortlist, source: list[str], target: list[str], path: Path) -> str:

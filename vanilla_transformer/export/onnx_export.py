@@ -18,20 +18,20 @@ from pathlib import Path
 
 from ..common.extras import import_onnx_exporter
 from ..common.model_folder import (
-    ONNX_GRAPH_FILES,
     ONNX_WEIGHTS_FILE,
     check_output_folder,
     load_config,
     load_model_folder,
     load_tokenizer,
 )
+from ..common.onnx_files import EXPORT_INFO_FILE, onnx_file_sizes
 from ..lexical_shortlist import SHORTLIST_FILE
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .folder_shortlist import folder_shortlist
 from .onnx_graphs import OPSET, export_graphs
 from .onnx_weights import quantize_int8, write_sharing_weights
 
 QUANTIZATIONS = ("int8",)
-EXPORT_INFO_FILE = "onnx_export.json"
 
 
 def unsupported_onnx_switches(config) -> list[str]:
@@ -56,16 +56,37 @@ def export_onnx(folder: str | Path, output: str | Path, quantize: str | None = N
     """Write `folder` (a translation model folder or Hub repo with its tokenizer) as ONNX files into `output`,
     float32 or with `quantize="int8"`; returns `output`."""
     import_onnx_exporter()
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ValueError(f"quantize={quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+    check_quantization(quantize)
     output = Path(output)
     check_output_folder(output, folder, "model", force)
-    check_expressible(load_config(folder))  # the switches first: a refusal should not wait for the weights
+    model, tokenizer = load_exportable(folder)
+    return write_onnx_export(model, tokenizer, folder, output, quantize, replace=force)
+
+
+def check_quantization(quantize: str | None) -> None:
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize={quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+
+
+def load_exportable(folder: str | Path):
+    """The model of `folder` (eager attention: see onnx_graphs.py) and its tokenizer, once every check that refuses
+    a folder has passed: a caller that has written nothing yet refuses it with nothing to undo."""
+    import_onnx_exporter()
+    config = load_config(folder)
+    check_expressible(config)  # the switches first: a refusal should not wait for the weights
     tokenizer = load_tokenizer(folder, described_as="model")
-    # eager attention: see onnx_graphs.py
+    folder_shortlist(folder, config, tokenizer)  # the export carries it: not one of another tokenizer
     model = load_model_folder(folder, attn_implementation="eager").eval()
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         raise ValueError(f"{folder} holds a {type(model).__name__}; the ONNX export takes a translation model")
+    return model, tokenizer
+
+
+def write_onnx_export(
+    model, tokenizer, folder: str | Path, output: Path, quantize: str | None = None, replace: bool = False
+) -> Path:
+    """Write `model` (loaded from `folder` by `load_exportable`) and `tokenizer` as ONNX files into `output`, which
+    `replace` empties first; the card and the shortlist of `folder` travel with them."""
     with tempfile.TemporaryDirectory() as scratch:
         graphs = export_graphs(model, Path(scratch))
         if quantize == "int8":
@@ -74,7 +95,7 @@ def export_onnx(folder: str | Path, output: str | Path, quantize: str | None = N
             for path in graphs:
                 quantize_int8(path, quantized / path.name)
             graphs = [quantized / path.name for path in graphs]
-        if output.exists() and force:
+        if output.exists() and replace:
             shutil.rmtree(output)
         output.mkdir(parents=True, exist_ok=True)
         write_sharing_weights(graphs, output, ONNX_WEIGHTS_FILE)
@@ -84,7 +105,8 @@ def export_onnx(folder: str | Path, output: str | Path, quantize: str | None = N
     config.pop("auto_map", None)  # no code files travel with an export: the package registers the model type
     config.pop("_attn_implementation_autoset", None)
     (output / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    info = {"quantization": quantize or "float32", "opset": OPSET, "files": [*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE]}
+    # each file's size, checked before the export is loaded or copied into a page: a copy cut short is named
+    info = {"quantization": quantize or "float32", "opset": OPSET, "files": onnx_file_sizes(output)}
     (output / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     for name in ("README.md", SHORTLIST_FILE):  # the card says what the model translates
         if (Path(folder) / name).is_file():
@@ -110,9 +132,18 @@ def add_onnx_format(formats) -> None:
 
 def _run_export_onnx(args) -> int:
     output = export_onnx(args.folder, args.output, args.quantize, args.force)
-    size = sum(path.stat().st_size for path in output.iterdir() if path.name in (*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE))
+    size = sum(onnx_file_sizes(output).values())
     print(f"wrote {output} (ONNX, {args.quantize or 'float32'}, {size / 2**20:.1f} MiB of graphs and weights)")
     return 0
 
 
-__all__ = ["EXPORT_INFO_FILE", "QUANTIZATIONS", "add_onnx_format", "export_onnx", "unsupported_onnx_switches"]
+__all__ = [
+    "EXPORT_INFO_FILE",
+    "QUANTIZATIONS",
+    "add_onnx_format",
+    "check_quantization",
+    "export_onnx",
+    "load_exportable",
+    "unsupported_onnx_switches",
+    "write_onnx_export",
+]

@@ -40,17 +40,12 @@ import jinja2
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..common.languages import language_name
 from ..common.model_folder import HUB_ID
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 
 TEMPLATE_NAME = "model_card.md"
 TAGS = ["translation", "transformer", "vanilla-transformer"]
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
-    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
-    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish",
-    "uk": "Ukrainian", "zh": "Chinese",
-}  # fmt: skip
 
 
 def _score(label: str, hub_type: str):
@@ -169,7 +164,7 @@ def render_model_card(
     )
 
     learned = config.position_embedding_type == "learned"
-    src_name, tgt_name = (LANGUAGE_NAMES.get(code.split("_")[0].split("-")[0], code) for code in (src_lang, tgt_lang))
+    src_name, tgt_name = language_name(src_lang), language_name(tgt_lang)
     results_table = [(score.metadata["label"], _format(value)) for score, value in scores]
     variables = {
         "model_name": model_name,

@@ -20,7 +20,7 @@ from transformers.dynamic_module_utils import get_relative_imports
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..common.hub_connection import HubUnreachableError
-from ..common.model_folder import TOKENIZER_VOCABULARIES
+from ..common.model_folder import TOKENIZER_VOCABULARIES, check_not_an_export
 
 # Failures to connect of the HTTP client huggingface_hub uses (httpx or its fork), which are no OSErrors.
 _CONNECTION_ERRORS = (hub_utils.httpx.TransportError,) if hasattr(hub_utils, "httpx") else ()
@@ -40,6 +40,15 @@ class IncompleteModelFolderError(ValueError):
             "(model.save_pretrained, with `import vanilla_transformer` done so the code files and auto_map are "
             "written) and the tokenizer (tokenizer.save_pretrained) into it first."
         )
+
+
+def check_publishable(folder: Path) -> None:
+    """Refuse a folder that is no complete model folder, listing what it lacks; an export, whose weights are another
+    engine's, as such (it lacks model.safetensors, and saving one into it is no way out)."""
+    check_not_an_export(folder)
+    missing = missing_model_files(folder)
+    if missing:
+        raise IncompleteModelFolderError(folder, missing)
 
 
 def missing_model_files(folder: str | os.PathLike) -> list[str]:
@@ -125,9 +134,7 @@ def push_folder(
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder")
-    missing = missing_model_files(folder)
-    if missing:
-        raise IncompleteModelFolderError(folder, missing)
+    check_publishable(folder)
     if not (folder / "README.md").is_file():
         warnings.warn(
             f"{folder} has no README.md: the repo will have no model card "
@@ -191,9 +198,9 @@ def add_push_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 def run_push(args: argparse.Namespace) -> int:
     if args.dry_run:
-        missing = missing_model_files(args.folder) if args.folder.is_dir() else [f"the folder {args.folder}"]
-        if missing:
-            raise IncompleteModelFolderError(args.folder, missing)
+        if not args.folder.is_dir():
+            raise IncompleteModelFolderError(args.folder, [f"the folder {args.folder}"])
+        check_publishable(args.folder)
         print("\n".join(files_to_push(args.folder)))
         return 0
     url = push_folder(
@@ -212,6 +219,7 @@ def run_push(args: argparse.Namespace) -> int:
 __all__ = [
     "IncompleteModelFolderError",
     "add_push_subcommand",
+    "check_publishable",
     "create_repo",
     "files_to_push",
     "missing_model_files",

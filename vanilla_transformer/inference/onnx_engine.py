@@ -45,6 +45,7 @@ from ..common.model_folder import (
     ONNX_GRAPH_FILES,
     load_tokenizer,
 )
+from ..common.onnx_files import check_onnx_files, read_export_info
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 
 
@@ -306,6 +307,7 @@ def load_onnx(folder: str | os.PathLike, threads: int = 0) -> tuple[OnnxTranslat
             f"{folder} is no ONNX export of ours ({', '.join(ONNX_GRAPH_FILES)} and config.json expected): make one "
             "with vanilla-transformer export onnx FOLDER OUTPUT"
         )
+    check_onnx_files(folder)  # ONNX Runtime's message for a file cut short names neither the file nor its size
     tokenizer = load_tokenizer(folder, described_as="model")
     config = VanillaTransformerConfig.from_dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
     options = onnx_session_options(threads)
@@ -317,8 +319,7 @@ def load_onnx(folder: str | os.PathLike, threads: int = 0) -> tuple[OnnxTranslat
             )
         except Exception as error:  # ONNX Runtime's own errors (a truncated file, a missing weights file) name it
             raise OSError(f"ONNX Runtime cannot load {folder / name}: {str(error).splitlines()[0]}") from error
-    info_file = folder / "onnx_export.json"
-    quantization = json.loads(info_file.read_text())["quantization"] if info_file.is_file() else "float32"
+    quantization = read_export_info(folder).get("quantization", "float32")
     model = OnnxTranslationModel(config, sessions, folder, quantization)
     model.generation_config = GenerationConfig.from_pretrained(folder)
     return model.eval(), tokenizer

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..common.extras import import_sentencex
-from ..common.model_folder import load_model_folder, load_tokenizer
+from ..common.model_folder import EXPORTS, export_engine, load_model_folder, load_tokenizer
 from ..common.paragraphs import translate_paragraphs
 from ..lexical_shortlist import LexicalShortlist
 from ..tokenization import iter_lines, tokenizer_identity
@@ -215,6 +215,14 @@ def check_options(
         raise ValueError(f"max_input_tokens={max_input_tokens} must be a positive integer")
 
 
+def check_engine(model: str | Path, engine: str) -> None:
+    """Another engine's export given to `engine` is refused naming the engine that runs it (`--engine`), before
+    anything loads; a folder of no export is each engine's own to check."""
+    found = export_engine(model)
+    if found is not None and found != engine:
+        raise ValueError(f"--model {model} is {EXPORTS[found]} (`export {found}` wrote it): pass --engine {found}")
+
+
 def check_onnx_options(quantize: str | None, dtype: str | None, device: str | None, shortlist: bool = False) -> None:
     """What the ONNX engine does not take: its precision is the export's, its device the CPU."""
     if quantize or dtype:
@@ -370,6 +378,7 @@ def add_translate_subcommand(subparsers: argparse._SubParsersAction) -> argparse
 
 def run_translate(args: argparse.Namespace) -> int:
     check_options(args.num_beams, args.max_new_tokens, args.batch_size, args.max_input_tokens, args.max_batch_tokens)
+    check_engine(args.model, args.engine)  # before stdin is read: a wrong folder is said at once
     if args.split_sentences:
         import_sentencex()  # before the model loads: a missing extra is told at once
     if args.input:

@@ -8,20 +8,21 @@ import sys
 from pathlib import Path
 
 from ..common.extras import import_gradio
+from ..common.model_folder import EXPORTS
 from .access import LOGINS_VARIABLE, TOKEN_VARIABLE, Access
 from .batching import QUEUE_SIZE
-from .service import ENGINES, Limits
+from .service import Limits
 
 
 def add_serve_subcommand(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve",
         help="a page (and its HTTP API) to translate with a model and see its attention, positions and masks",
-        description="Serve a model folder, Hub id or CTranslate2 export on a Gradio page, with Gradio's HTTP API. "
-        "Listens on 127.0.0.1 unless --host says otherwise; no public link unless --share.",
+        description="Serve a model folder, Hub id, CTranslate2 or ONNX export on a Gradio page, with Gradio's HTTP "
+        "API. Listens on 127.0.0.1 unless --host says otherwise; no public link unless --share.",
         allow_abbrev=False,  # --token is no short --token-file: a token typed as a flag must not be read as a path
     )
-    parser.add_argument("--model", required=True, help="a model folder, a Hub repo id, or a CTranslate2 export")
+    parser.add_argument("--model", required=True, help="a model folder, a Hub repo id, or a CTranslate2 or ONNX export")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=7860, help="the port to listen on (1 to 65535)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
@@ -137,7 +138,7 @@ def serve_model(
             how = {"ctranslate2": "export ctranslate2 --quantization int8", "onnx": "export onnx --quantize int8"}
             kind = service.default_engine
             raise ValueError(
-                f"--quantize int8 quantizes a PyTorch model, and {model} is a {ENGINES[kind]} export: quantize it "
+                f"--quantize int8 quantizes a PyTorch model, and {model} is {EXPORTS[kind]}: quantize it "
                 f"when exporting it ({how[kind]})"
             )
         service.add_int8()

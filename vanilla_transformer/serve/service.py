@@ -18,6 +18,7 @@ import torch
 
 from ..common.extras import import_sentencex
 from ..common.languages import declared_languages
+from ..common.model_folder import export_engine
 from ..common.paragraphs import Paragraph, split_paragraph
 from ..inference.translate import _length_batches, _truncate, check_shortlist
 from ..lexical_shortlist import SHORTLIST_FILE
@@ -92,7 +93,7 @@ class TranslationService:
     ):
         """`threads`: ONNX Runtime's, for an ONNX export (PyTorch's are the process's: `torch.set_num_threads`)."""
         from ..inference.ctranslate2_engine import load_ctranslate2
-        from ..inference.onnx_engine import is_onnx_export, load_onnx
+        from ..inference.onnx_engine import load_onnx
         from ..inference.translate import load_for_translation
 
         import_sentencex()  # paragraphs are split into sentences: a missing extra is said at start
@@ -101,9 +102,10 @@ class TranslationService:
         self.lock = threading.Lock()  # one generate() at a time: the model is not re-entrant
         self.batch_sizes: list[int] = []  # requests translated together, one entry per translate_batch call
         self.model = None  # the PyTorch model: an export has none, and so no pictures
-        if (Path(self.folder) / "model.bin").is_file():  # an export: its engine is the only one
+        exported = export_engine(self.folder)  # an export: its engine is the only one
+        if exported == "ctranslate2":
             self.engines["ctranslate2"], self.tokenizer = load_ctranslate2(self.folder, "cpu")
-        elif is_onnx_export(self.folder):
+        elif exported == "onnx":
             self.engines["onnx"], self.tokenizer = load_onnx(self.folder, threads or 0)
         else:
             self.model, self.tokenizer = load_for_translation(

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from transformers import GenerationConfig
 
-from ..common.languages import declared_languages
-from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder
-from ..export.onnx_export import EXPORT_INFO_FILE, export_onnx
+from ..common.languages import declared_languages, language_name
+from ..common.model_folder import ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, check_output_folder, export_engine
+from ..common.onnx_files import EXPORT_INFO_FILE, check_onnx_files
+from ..export.onnx_export import check_quantization, load_exportable, write_onnx_export
 from ..inference.onnx_engine import PLAIN_GREEDY_SETTINGS
 
 CDN = "https://cdn.jsdelivr.net/npm/{package}@{version}/{path}"
@@ -31,6 +32,7 @@ MODEL_FOLDER = "model"
 ASSETS_FOLDER = "assets"
 # the files of an ONNX export the page reads
 PAGE_MODEL_FILES = (*ONNX_GRAPH_FILES, ONNX_WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
+PAGE_CONFIG_FILES = ("config.json", "generation_config.json")  # read when the page is written
 MAX_INPUT_TOKENS = 256  # the service's limit: a page is for a paragraph, not a book
 
 
@@ -49,36 +51,51 @@ def default_node_modules() -> Path:
     return Path(__file__).resolve().parents[2] / "node_modules"
 
 
-def _asset_urls(offline_assets: bool, node_modules: Path | None, output: Path) -> dict[str, dict[str, dict]]:
-    """{package: {role: {"url", "integrity"}}}; with offline assets, the files copied into `output` and checked."""
-    assets, urls = pinned_assets(), {}
+def _offline_assets(node_modules: Path | None) -> dict[str, dict[str, Path]]:
+    """{package: {role: the file in `node_modules`}}, each checked against its pinned hash: the files
+    `--offline-assets` copies into the page."""
     node_modules = Path(node_modules) if node_modules else default_node_modules()
-    for package, pinned in assets.items():
+    sources: dict[str, dict[str, Path]] = {}
+    for package, pinned in pinned_assets().items():
+        sources[package] = {}
+        for role in ("module", "wasm"):
+            if role not in pinned:
+                continue
+            path = pinned[role]["path"]
+            source = node_modules / package / path
+            if not source.is_file():
+                raise FileNotFoundError(
+                    f"--offline-assets copies the page's JavaScript from {node_modules}, which lacks "
+                    f"{package}/{path}: run `npm ci` in the repository (package-lock.json), or pass "
+                    "--node-modules DIR"
+                )
+            if integrity(source.read_bytes()) != pinned[role]["integrity"]:
+                raise ValueError(
+                    f"{source} is not {package} {pinned['version']} as package-lock.json pins it (its hash "
+                    "differs): run `npm ci` in the repository"
+                )
+            sources[package][role] = source
+    return sources
+
+
+def _asset_urls(offline: dict[str, dict[str, Path]] | None, output: Path) -> dict[str, dict[str, dict]]:
+    """{package: {role: {"url", "integrity"}}}: the CDN's, or with `offline` assets (`_offline_assets`) the files
+    copied into `output`."""
+    urls = {}
+    for package, pinned in pinned_assets().items():
         urls[package] = {}
         for role in ("module", "wasm"):
             if role not in pinned:
                 continue
-            path, expected = pinned[role]["path"], pinned[role]["integrity"]
-            if not offline_assets:
-                urls[package][role] = {"url": CDN.format(package=package, version=pinned["version"], path=path)}
+            path = pinned[role]["path"]
+            if offline is None:
+                url = CDN.format(package=package, version=pinned["version"], path=path)
             else:
-                source = node_modules / package / path
-                if not source.is_file():
-                    raise FileNotFoundError(
-                        f"--offline-assets copies the page's JavaScript from {node_modules}, which lacks "
-                        f"{package}/{path}: run `npm ci` in the repository (package-lock.json), or pass "
-                        "--node-modules DIR"
-                    )
-                if integrity(source.read_bytes()) != expected:
-                    raise ValueError(
-                        f"{source} is not {package} {pinned['version']} as package-lock.json pins it (its hash "
-                        "differs): run `npm ci` in the repository"
-                    )
                 target = output / ASSETS_FOLDER / package.replace("/", "-") / Path(path).name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-                urls[package][role] = {"url": "./" + target.relative_to(output).as_posix()}
-            urls[package][role]["integrity"] = expected
+                shutil.copyfile(offline[package][role], target)
+                url = "./" + target.relative_to(output).as_posix()
+            urls[package][role] = {"url": url, "integrity": pinned[role]["integrity"]}
     return urls
 
 
@@ -95,6 +112,14 @@ def _first_example(folder: Path) -> str:
         return ""
     examples = [entry.get("text") for entry in metadata.get("widget") or [] if isinstance(entry, dict)]
     return next((text for text in examples if isinstance(text, str)), "")
+
+
+def _languages(declared: tuple[str, str] | None, language: str | None) -> str:
+    """What the page says the model translates, by the languages' names as the model card gives them (" English to
+    German"; a code where the name is unknown), else the source language given (" from German"), else nothing."""
+    if declared:
+        return f" {language_name(declared[0])} to {language_name(declared[1])}"
+    return f" from {language_name(language)}" if language else ""
 
 
 def check_page_can_decode(model: Path) -> None:
@@ -131,29 +156,41 @@ def export_web(
     `export onnx` wrote) into `output`; returns `output`."""
     model, output = Path(model), Path(output)
     check_output_folder(output, model, "model", force)
-    exported = all((model / name).is_file() for name in PAGE_MODEL_FILES)
+    check_quantization(quantize)
+    exported = export_engine(model) == "onnx"
     if exported and quantize:
         raise ValueError(f"{model} is an ONNX export already: its precision is its own (no --quantize)")
     if not exported and not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model} is neither a model folder nor an ONNX export (`export onnx` writes one)")
     check_page_can_decode(model)
+    # every refusal before the first file is written (or --force deletes one): the offline assets' hashes, the
+    # export's files, the model's loading
+    assets = _offline_assets(node_modules) if offline_assets else None
+    if exported:
+        check_onnx_files(model)  # a file cut short would fail in the visitor's browser, far from its cause
+        missing = [name for name in (*PAGE_MODEL_FILES, *PAGE_CONFIG_FILES) if not (model / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"the ONNX export {model} lacks {', '.join(missing)}, which the page reads")
+    else:
+        exportable = load_exportable(model)
     if output.exists() and force:
         shutil.rmtree(output)
-    output.mkdir(parents=True, exist_ok=True)  # an empty folder given, or left by an export that failed
+    output.mkdir(parents=True, exist_ok=True)  # an empty folder given
     if exported:
         (output / MODEL_FOLDER).mkdir()
-        for name in (*PAGE_MODEL_FILES, "config.json", "generation_config.json", EXPORT_INFO_FILE, "README.md"):
+        for name in (*PAGE_MODEL_FILES, *PAGE_CONFIG_FILES, EXPORT_INFO_FILE, "README.md"):
             if (model / name).is_file():
                 shutil.copyfile(model / name, output / MODEL_FOLDER / name)
     else:
-        export_onnx(model, output / MODEL_FOLDER, quantize)
-    urls = _asset_urls(offline_assets, node_modules, output)
+        write_onnx_export(*exportable, model, output / MODEL_FOLDER, quantize)
+    urls = _asset_urls(assets, output)
     folder = output / MODEL_FOLDER
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
     example = _first_example(folder)
     # sentencex's rules for the source language the model declares, as serve takes them (else its generic rules)
     declared = declared_languages(str(folder), None)
+    described = _languages(declared[0] if declared else None, language)
     language = language or (declared[0][0] if declared else "en")
     title = title or f"{model.resolve().name}: translate in your browser"
     # a learned position table has no row past its last: no input, and no output, longer than it
@@ -178,8 +215,8 @@ def export_web(
     static = resources.files(__package__).joinpath("static")
     (output / "translator.js").write_text(static.joinpath("translator.js").read_text(encoding="utf-8"))
     description = (
-        f"The model translates from {language} here, in this browser (ONNX Runtime, WebAssembly): the text you type "
-        "is not sent anywhere."
+        f"The model translates{described} here, in this browser (ONNX Runtime, WebAssembly): the text you type is not "
+        "sent anywhere."
     )
     index = static.joinpath("index.html").read_text(encoding="utf-8")
     (output / "index.html").write_text(
