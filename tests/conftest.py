@@ -81,3 +81,12 @@ def numbers_de_en(run_folder) -> Path:
     """German number words into English (several English words a number, so BLEU means something), trained once a
     run (test_onnx, test_ctranslate2). Read-only: a test file copies it."""
     return made_once(run_folder / "numbers-de-en", lambda folder: number_translator(folder, 1))
+
+
+@pytest.fixture(scope="session")
+def numbers_en_de_onnx(run_folder, numbers_en_de) -> Path:
+    """`numbers_en_de` as `export onnx` writes it, exported once a run (test_serve, test_web). Read-only."""
+    pytest.importorskip("onnxscript", reason='the ONNX export is optional: pip install ".[onnx]"')
+    from vanilla_transformer.export import export_onnx
+
+    return made_once(run_folder / "numbers-en-de-onnx", lambda folder: export_onnx(numbers_en_de, folder))

@@ -2,6 +2,7 @@
 benchmark takes its languages from its config."""
 
 import importlib.util
+import itertools
 import json
 import statistics
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import write_lines
 
 from benchmarks import multi30k, speed
 from vanilla_transformer.training import DataArguments
@@ -20,6 +22,22 @@ TOY_SIZE = [
     "--batch", "4", "--src-len", "5", "--tgt-len", "6", "--gen-batch", "3", "--new-tokens", "4",
     "--train-steps", "1", "--gen-calls", "1", "--pairs", "2", "--warmup", "0", "--threads", "1",
 ]  # fmt: skip
+
+
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+
+def multi30k_sample(folder: Path, train_lines: int = 3000, other_lines: int = 100) -> Path:
+    """The first lines of Multi30k's English and German splits, as the full corpus's files: what a smoke run needs, at
+    a tenth of the tokenizing and counting."""
+    from vanilla_transformer.tokenization import iter_lines
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, lines in (("train", train_lines), ("val", other_lines), ("test_2016_flickr", other_lines)):
+        for lang in ("en", "de"):
+            first = itertools.islice(iter_lines(MULTI30K / f"{split}.{lang}.gz"), lines)
+            write_lines(folder / f"{split}.{lang}.gz", list(first))
+    return folder
 
 
 def run_speed_benchmark(tmp_path, *flags: str, after: tuple[str, ...] = ()) -> tuple[list[str], dict]:
@@ -106,12 +124,12 @@ def test_ids_of_a_small_vocabulary_spread_over_a_large_one_stay_distinct_and_kee
 
 
 def test_the_shortlist_benchmark_prints_quality_and_build_rows(tmp_path):
-    """benchmarks.shortlist at a smoke size: a random model with a small tokenizer of Multi30k, 12 test sentences, one
-    K, greedy, and a build at 3,000 synthetic pairs."""
+    """benchmarks.shortlist at a smoke size: a random model with a small tokenizer of Multi30k's first pairs, 12 test
+    sentences, one K, greedy, and a build at 3,000 synthetic pairs."""
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
     from vanilla_transformer.tokenization import iter_lines, train_tokenizer
 
-    data = REPO.parent / "shared" / "data" / "multi30k"
+    data = multi30k_sample(tmp_path / "multi30k")
     tokenizer = train_tokenizer(
         (line for lang in ("en", "de") for line in iter_lines(data / f"train.{lang}.gz")), vocab_size=400
     )
@@ -305,12 +323,13 @@ def test_the_onnx_columns_time_our_export_beside_the_others_and_one_sentence_at_
 
 
 def test_the_onnx_benchmark_prints_bleu_identity_and_sizes(tmp_path):
-    """benchmarks.onnx at a smoke size: a random tiny model with a tokenizer of Multi30k, 6 test sentences."""
+    """benchmarks.onnx at a smoke size: a random tiny model with a tokenizer of Multi30k's first pairs, 6 test
+    sentences."""
     pytest.importorskip("onnxruntime", reason='benchmarks.onnx needs ".[onnx]"')
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
     from vanilla_transformer.tokenization import iter_lines, train_tokenizer
 
-    data = REPO.parent / "shared" / "data" / "multi30k"
+    data = multi30k_sample(tmp_path / "multi30k")
     tokenizer = train_tokenizer(
         (line for lang in ("en", "de") for line in iter_lines(data / f"train.{lang}.gz")), vocab_size=400
     )
@@ -329,6 +348,8 @@ def test_the_onnx_benchmark_prints_bleu_identity_and_sizes(tmp_path):
         "benchmarks.onnx",
         "--model",
         str(model_folder),
+        "--data",
+        str(data),
         "--sentences",
         "6",
         "--beams",

@@ -765,14 +765,14 @@ def test_a_paragraph_is_translated_as_its_five_sentences_are_one_by_one_through_
     assert translate_call(client, PARAGRAPH)[0] == together.text  # the page's API splits too
 
 
-def test_an_onnx_export_is_served_with_the_models_tokens_and_answers_a_request_naming_no_engine(model_folder, tmp_path):
+def test_an_onnx_export_is_served_with_the_models_tokens_and_answers_a_request_naming_no_engine(
+    model_folder, numbers_en_de_onnx
+):
     pytest.importorskip("onnxruntime", reason='the ONNX engine is optional: pip install ".[onnx]"')
-    pytest.importorskip("onnxscript", reason='the ONNX export is optional: pip install ".[onnx]"')
     pytest.importorskip("gradio", reason='the page needs ".[serve]"')
-    from vanilla_transformer.export import export_onnx
     from vanilla_transformer.serve.server import start_server
 
-    exported = TranslationService(export_onnx(model_folder, tmp_path / "onnx"))
+    exported = TranslationService(numbers_en_de_onnx)  # model_folder's weights, exported
     assert list(exported.engines) == ["onnx"] and exported.model is None
     ours = TranslationService(model_folder)
     for settings in (Settings("greedy", engine="onnx"), Settings("beam", 3, engine="onnx")):

@@ -121,12 +121,21 @@ def test_a_paragraph_translates_as_its_five_sentences_do_one_by_one(model_folder
     assert lines == [expected, "", translate(model, tokenizer, [SENTENCE], num_beams=1)[0], ""]
 
 
+def onnx_export_of(model_folder: Path, numbers_en_de_onnx: Path, folder: Path) -> Path:
+    """The run's ONNX export of `model_folder`'s weights, copied into `folder` with `model_folder`'s card."""
+    export = Path(shutil.copytree(numbers_en_de_onnx, folder))
+    shutil.copyfile(model_folder / "README.md", export / "README.md")
+    return export
+
+
 @pytest.fixture(scope="module")
-def page(model_folder, tmp_path_factory) -> Path:
-    """The page with the npm packages copied in (`--offline-assets`), or a skip where `npm ci` has not run."""
+def page(model_folder, numbers_en_de_onnx, tmp_path_factory) -> Path:
+    """The page of the model's ONNX export with the npm packages copied in (`--offline-assets`), or a skip where
+    `npm ci` has not run."""
     node_modules()
+    export = onnx_export_of(model_folder, numbers_en_de_onnx, tmp_path_factory.mktemp("export") / "numbers")
     site = tmp_path_factory.mktemp("page") / "site"
-    return export_web(model_folder, site, offline_assets=True, title="Numbers, English to German")
+    return export_web(export, site, offline_assets=True, title="Numbers, English to German")
 
 
 def test_the_page_loads_its_packages_from_a_cdn_with_integrity_hashes_unless_offline(page, tmp_path):
@@ -322,7 +331,7 @@ def test_push_with_a_static_space_pushes_the_model_then_the_page(model_folder, h
 
 
 def test_export_web_refuses_a_folder_the_page_would_translate_otherwise_and_fills_an_empty_folder(
-    model_folder, tmp_path
+    model_folder, numbers_en_de_onnx, tmp_path
 ):
     marian_like = Path(shutil.copytree(model_folder, tmp_path / "sentencepiece"))
     (marian_like / "tokenizer.json").unlink()
@@ -336,7 +345,7 @@ def test_export_web_refuses_a_folder_the_page_would_translate_otherwise_and_fill
     assert not (tmp_path / "refused").exists()  # refused before anything is written
 
     (tmp_path / "empty").mkdir()  # an empty folder given as the output is filled
-    site = export_web(model_folder, tmp_path / "empty")
+    site = export_web(onnx_export_of(model_folder, numbers_en_de_onnx, tmp_path / "export"), tmp_path / "empty")
     page = json.loads((site / "translator.json").read_text())
     assert page["max_new_tokens"] == generation.get("max_new_tokens") and page["min_new_tokens"] == 0
 
