@@ -546,7 +546,7 @@ def test_a_ctranslate2_export_answers_a_request_that_names_no_engine(model_folde
     exported = TranslationService(export_ctranslate2(model_folder, tmp_path / "ct2"))
     port = free_port()
     page = start_server(exported, [], "export", "127.0.0.1", port, block=False)
-    try:  # the README's own request: no engine, so the one the page shows first
+    try:  # the serving guide's own request: no engine, so the one the page shows first
         status, answer = json_call(port, {"text": SENTENCE})
         assert status == 200
         assert answer["translation"] == exported.translate_batch([SENTENCE], [Settings(engine="ctranslate2")])[0].text
