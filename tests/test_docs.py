@@ -106,6 +106,7 @@ def test_the_site_in_a_browser_shows_pictures_and_formulas_and_searches_in_both_
             assert driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", picture) > 100
             formula = driver.find_element(By.CSS_SELECTOR, "article math[display=block]")
             assert formula.size["height"] > 5 and formula.size["width"] > 20  # drawn by the browser's MathML
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", picture)
             driver.save_screenshot(str(shots / f"learn-attention-{language}.png"))
             box = driver.find_element(By.CSS_SELECTOR, "input.md-search__input")  # in the header at this width
             box.click()
