@@ -417,3 +417,57 @@ def test_the_training_profile_splits_the_step_into_matrix_products_and_the_rest(
     assert float(rows["warm-up (1 steps, compilation included), s"][1]) > float(
         rows["warm-up (1 steps, compilation included), s"][0]
     )
+
+
+def test_the_ci_benchmark_runs_a_clone_with_the_shared_folder_and_reports_its_steps_passes_and_slowest_tests(tmp_path):
+    from benchmarks import ci_time
+
+    repository, shared = tmp_path / "repository", tmp_path / "shared"
+    (repository / ".ci").mkdir(parents=True)
+    (shared / "data").mkdir(parents=True)
+    # a stand-in for .ci/run that prints what the real one does: steps, a durations table before each summary
+    (repository / ".ci" / "run").write_text(
+        'cd "$(dirname "$0")/.."\n'
+        "echo '+ [0 s] pip install the project'\n"
+        'echo "PYTEST_ADDOPTS=$PYTEST_ADDOPTS"\n'
+        "test -d ../shared/data && echo 'the shared data is beside the clone'\n"
+        "echo '============================ slowest 2 durations ============================'\n"
+        "echo '3.50s call     tests/test_a.py::test_slow'\n"
+        "echo '0.20s setup    tests/test_a.py::test_fast[1]'\n"
+        "echo ''\n"
+        "echo '3 passed, 1 skipped, 5 subtests passed in 4.50s (0:00:04)'\n"
+        "echo '+ [5 s] pytest with the lowest | versions'\n"
+        "echo '2 passed in 1.00s'\n"
+        "exit 3\n"
+    )
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    subprocess.run(["git", "-C", str(repository), "add", "."], check=True)
+    subprocess.run(
+        ["git", "-C", str(repository), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "stand-in CI"],
+        check=True,
+    )
+    log_path = tmp_path / "ci.log"
+    arguments = ["--repository", str(repository), "--shared", str(shared), "--durations", "7", "--log", str(log_path)]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ci_time", *arguments], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    output_log = log_path.read_text()
+    assert "PYTEST_ADDOPTS=--durations=7" in output_log
+    assert "the shared data is beside the clone" in output_log
+    report = result.stdout
+    assert "- Commit: " in report and "stand-in CI" in report
+    assert ", exit status 3" in report
+    assert "| 0 | pip install the project |" in report
+    assert "| 5 | pytest with the lowest \\| versions |" in report
+    assert "| pytest pass 1 | 3 passed, 1 skipped, 5 subtests passed | 4.5 |" in report
+    assert "| pytest pass 2 | 2 passed | 1.0 |" in report
+    run = ci_time.parse_log(output_log)
+    assert run.exit_status == 3 and run.total_seconds is not None
+    assert f"| outside pytest | | {run.total_seconds - 5.5:,.1f} |" in report
+    assert [slow.test for slow in run.passes[0].slowest] == [
+        "tests/test_a.py::test_slow",
+        "tests/test_a.py::test_fast[1]",
+    ]
+    assert run.passes[0].slowest[0].seconds == 3.5 and run.passes[0].slowest[1].phase == "setup"
+    assert "#### Pass 1: the 2 slowest" in report and "#### Pass 2" not in report
