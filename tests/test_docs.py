@@ -84,6 +84,14 @@ def test_the_pictures_and_formulas_are_made_at_build_time(site):
     assert "mathjax" not in built_page(site, "learn/attention.md").lower()
 
 
+NO_TRANSITIONS = """
+const style = document.createElement("style");
+style.textContent = "*, *::before, *::after { transition: none !important; animation: none !important; }";
+document.head.appendChild(style);
+"""
+SEARCH_RESULT_LINKS = "return Array.from(document.querySelectorAll('.md-search-result__item a'), a => a.href)"
+
+
 def test_the_site_in_a_browser_shows_pictures_and_formulas_and_searches_in_both_languages(site, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -106,15 +114,21 @@ def test_the_site_in_a_browser_shows_pictures_and_formulas_and_searches_in_both_
             assert driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", picture) > 100
             formula = driver.find_element(By.CSS_SELECTOR, "article math[display=block]")
             assert formula.size["height"] > 5 and formula.size["width"] > 20  # drawn by the browser's MathML
+            driver.execute_script(NO_TRANSITIONS)  # the header's title would be caught sliding in the screenshot
             driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", picture)
             driver.save_screenshot(str(shots / f"learn-attention-{language}.png"))
             box = driver.find_element(By.CSS_SELECTOR, "input.md-search__input")  # in the header at this width
             box.click()
             box.send_keys(term)
             box.send_keys(Keys.SPACE)
-            results = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".md-search-result__item"))
-            links = [item.find_element(By.TAG_NAME, "a").get_attribute("href") for item in results]
-            assert any(link.startswith(f"{root}{prefix}learn/") for link in links), (language, links)
+            # the results are drawn again as the query grows: read their links in one go, until a Learn page is one
+            learn_pages = f"{root}{prefix}learn/"
+            wait.until(
+                lambda d, pages=learn_pages: any(
+                    link.startswith(pages) for link in d.execute_script(SEARCH_RESULT_LINKS)
+                ),
+                f"searching {term!r} found no page under {learn_pages}",
+            )
     finally:
         driver.quit()
         server.terminate()
