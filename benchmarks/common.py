@@ -16,7 +16,9 @@ import platform
 import shlex
 import socket
 import statistics
+import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -223,6 +225,24 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def serve_folder(folder: Path) -> tuple[subprocess.Popen, int]:
+    """`python -m http.server` on 127.0.0.1 at a free port, as the pages' READMEs say to serve them, once it accepts
+    connections: (server, port)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        with socket.socket() as client:
+            if client.connect_ex(("127.0.0.1", port)) == 0:
+                return server, port
+        time.sleep(0.1)
+    server.terminate()
+    raise RuntimeError("http.server did not start")
 
 
 def log(message: str) -> None:

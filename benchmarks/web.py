@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +21,7 @@ from pathlib import Path
 from vanilla_transformer.tokenization import iter_lines
 from vanilla_transformer.web import export_web
 
-from .common import command_line, free_port, log, machine_summary
+from .common import command_line, log, machine_summary, serve_folder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -44,17 +42,6 @@ def twenty_words(path: Path) -> str:
     return found or " ".join(" ".join(lines).split()[:20])
 
 
-def serve(folder: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(1.0)
-    return server, port
-
-
 def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
@@ -70,7 +57,7 @@ def browser():
 
 def measure(folder: Path, sentence: str, loads: int, translations: int) -> tuple[list[float], list[float], int]:
     """(ready ms of each load, ms of each timed translation, the new tokens of the translation)."""
-    server, port = serve(folder)
+    server, port = serve_folder(folder)
     ready, translating, tokens = [], [], 0
     try:
         for _ in range(loads):

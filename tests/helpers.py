@@ -9,15 +9,14 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.common import free_port, serve_folder  # noqa: F401 (serve_folder: for the test files)
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.demo.number_words import demo_splits
 from vanilla_transformer.training import DataArguments, ModelArguments, TrainArguments
@@ -202,12 +201,6 @@ TINY_TRAINING_MODEL = dict(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def accelerate_two_cpu_processes() -> list[str]:
     """`accelerate launch` of two CPU processes (gloo), rendezvousing on a free port: tests that launch in parallel
     (pytest-xdist's workers) would otherwise meet on the default port 29500."""
@@ -330,23 +323,6 @@ def _train_number_translator(folder: Path, tokenizer, pairs, source_side: int, s
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-def serve_folder(folder: Path) -> tuple[subprocess.Popen, int]:
-    """`python -m http.server` on 127.0.0.1 at a free port, as the pages' READMEs say to serve them: (server, port)."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        with socket.socket() as client:
-            if client.connect_ex(("127.0.0.1", port)) == 0:
-                return server, port
-        time.sleep(0.1)
-    server.terminate()
-    raise RuntimeError("http.server did not start")
 
 
 def headless_chromium(window_size: str = "1280,900", network_log: bool = False):

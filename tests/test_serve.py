@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import headless_chromium
+from helpers import free_port, headless_chromium
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.serve.service import Limits, RequestError, Settings, Translation, TranslationService
@@ -137,12 +137,6 @@ def test_text_of_any_kind_is_translated_as_text(service):
     odd = ["🙂🙂 שלום עולם مرحبا بالعالم", "<script>alert(1)</script>", "a\tb\nc", "\u200b", "x" * 400]
     results = service.translate_batch(odd, [Settings("greedy")] * len(odd))
     assert all(result.tokens and len(result.tokens) == len(result.probabilities) for result in results)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

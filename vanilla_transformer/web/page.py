@@ -51,51 +51,50 @@ def default_node_modules() -> Path:
     return Path(__file__).resolve().parents[2] / "node_modules"
 
 
+def _pinned_files():
+    """(package, version, role, path in the package, integrity) of each file the page loads: the module, and ONNX
+    Runtime's WebAssembly."""
+    for package, pinned in pinned_assets().items():
+        for role in ("module", "wasm"):
+            if role in pinned:
+                yield package, pinned["version"], role, pinned[role]["path"], pinned[role]["integrity"]
+
+
 def _offline_assets(node_modules: Path | None) -> dict[str, dict[str, Path]]:
     """{package: {role: the file in `node_modules`}}, each checked against its pinned hash: the files
     `--offline-assets` copies into the page."""
     node_modules = Path(node_modules) if node_modules else default_node_modules()
     sources: dict[str, dict[str, Path]] = {}
-    for package, pinned in pinned_assets().items():
-        sources[package] = {}
-        for role in ("module", "wasm"):
-            if role not in pinned:
-                continue
-            path = pinned[role]["path"]
-            source = node_modules / package / path
-            if not source.is_file():
-                raise FileNotFoundError(
-                    f"--offline-assets copies the page's JavaScript from {node_modules}, which lacks "
-                    f"{package}/{path}: run `npm ci` in the repository (package-lock.json), or pass "
-                    "--node-modules DIR"
-                )
-            if integrity(source.read_bytes()) != pinned[role]["integrity"]:
-                raise ValueError(
-                    f"{source} is not {package} {pinned['version']} as package-lock.json pins it (its hash "
-                    "differs): run `npm ci` in the repository"
-                )
-            sources[package][role] = source
+    for package, version, role, path, expected in _pinned_files():
+        source = node_modules / package / path
+        if not source.is_file():
+            raise FileNotFoundError(
+                f"--offline-assets copies the page's JavaScript from {node_modules}, which lacks "
+                f"{package}/{path}: run `npm ci` in the repository (package-lock.json), or pass "
+                "--node-modules DIR"
+            )
+        if integrity(source.read_bytes()) != expected:
+            raise ValueError(
+                f"{source} is not {package} {version} as package-lock.json pins it (its hash "
+                "differs): run `npm ci` in the repository"
+            )
+        sources.setdefault(package, {})[role] = source
     return sources
 
 
 def _asset_urls(offline: dict[str, dict[str, Path]] | None, output: Path) -> dict[str, dict[str, dict]]:
     """{package: {role: {"url", "integrity"}}}: the CDN's, or with `offline` assets (`_offline_assets`) the files
     copied into `output`."""
-    urls = {}
-    for package, pinned in pinned_assets().items():
-        urls[package] = {}
-        for role in ("module", "wasm"):
-            if role not in pinned:
-                continue
-            path = pinned[role]["path"]
-            if offline is None:
-                url = CDN.format(package=package, version=pinned["version"], path=path)
-            else:
-                target = output / ASSETS_FOLDER / package.replace("/", "-") / Path(path).name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(offline[package][role], target)
-                url = "./" + target.relative_to(output).as_posix()
-            urls[package][role] = {"url": url, "integrity": pinned[role]["integrity"]}
+    urls: dict[str, dict[str, dict]] = {}
+    for package, version, role, path, expected in _pinned_files():
+        if offline is None:
+            url = CDN.format(package=package, version=version, path=path)
+        else:
+            target = output / ASSETS_FOLDER / package.replace("/", "-") / Path(path).name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(offline[package][role], target)
+            url = "./" + target.relative_to(output).as_posix()
+        urls.setdefault(package, {})[role] = {"url": url, "integrity": expected}
     return urls
 
 
